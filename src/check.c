@@ -1,0 +1,316 @@
+/*
+ * check.c — vpmm_pool_check: validates exactly the invariants I1–I8 written above the structs in
+ * pool.h and returns how many are violated (each described on `report`).
+ *
+ * It recomputes everything from the region lists — byte sums, per-stream reference counts, the
+ * mapping table — and compares with the incrementally kept counters and indexes, so a bug in any
+ * bookkeeping path shows up at the first mutation after it. Tests call it after every operation.
+ * O(regions + mapped pages); takes the pool lock; allocates only temporary tables.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "pool.h"
+
+typedef struct checker {
+    FILE *out;
+    size_t violations;
+} checker_t;
+
+__attribute__((format(printf, 2, 3))) static void fail(checker_t *k, const char *fmt, ...)
+{
+    va_list ap;
+    k->violations++;
+    if (k->out == NULL)
+        return;
+    fputs("vpmm check: ", k->out);
+    va_start(ap, fmt);
+    vfprintf(k->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', k->out);
+}
+
+/* Per-key counter in a temporary map (key: a pointer; value: the count). */
+static void bump(vpmm_hmap_t *m, const void *key, checker_t *k)
+{
+    uintptr_t n = (uintptr_t)vpmm_hmap_get(m, (uintptr_t)key);
+    if (vpmm_hmap_put(m, (uintptr_t)key, (void *)(n + 1)) != 0)
+        fail(k, "out of host memory while checking");
+}
+
+static size_t count_of(const vpmm_hmap_t *m, const void *key)
+{
+    return (size_t)(uintptr_t)vpmm_hmap_get(m, (uintptr_t)key);
+}
+
+typedef struct sums {
+    size_t alloc, live, nalloc, free, hole, zombie, nready, npending, nholes, nzombies;
+    size_t live_pages, zombie_pages;
+} sums_t;
+
+/* I3: the pages of one region are mapped as its state requires. */
+static void check_pages(const vpmm_pool_t *p, const vpmm_region_t *r, uintptr_t *last_live,
+                        sums_t *s, checker_t *k)
+{
+    const size_t pg = p->page_size;
+    uintptr_t lo = vpmm_align_down(r->addr, pg), hi = vpmm_align_up(r->addr + r->size, pg);
+    if (r->state == VPMM_REGION_HOLE)
+        return;
+    for (uintptr_t a = lo; a < hi; a += pg) {
+        const vpmm_phys_t *ph = vpmm_i_phys_at(p, a);
+        if (r->state == VPMM_REGION_ZOMBIE) {
+            if (ph == NULL || ph->va == a)
+                fail(k, "I3: zombie page 0x%" PRIxPTR " has no zombie mapping", a);
+            s->zombie_pages++;
+            continue;
+        }
+        if (ph == NULL || ph->va != a)
+            fail(k, "I3: page 0x%" PRIxPTR " of a %s region has no live mapping", a,
+                 r->state == VPMM_REGION_FREE ? "free" : "allocated");
+        if (a != *last_live) /* pages shared by neighbours count once */
+            s->live_pages++;
+        *last_live = a;
+    }
+}
+
+static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s, vpmm_hmap_t *refs,
+                         checker_t *k)
+{
+    const size_t pg = p->page_size;
+    switch (r->state) {
+    case VPMM_REGION_ALLOCATED:
+        s->alloc += r->size;
+        s->live += r->requested;
+        s->nalloc++;
+        if (vpmm_hmap_get(&p->allocs, r->addr) != r)
+            fail(k, "I7: allocation 0x%" PRIxPTR " missing from the allocation table", r->addr);
+        if (r->requested == 0 || vpmm_round_up_checked(r->requested, VPMM_ALIGNMENT) != r->size)
+            fail(k, "allocation 0x%" PRIxPTR ": size %zu does not fit request %zu", r->addr,
+                 r->size, r->requested);
+        if (r->stream == NULL)
+            fail(k, "allocation 0x%" PRIxPTR " has no stream", r->addr);
+        else
+            bump(refs, r->stream, k);
+        break;
+    case VPMM_REGION_FREE:
+        s->free += r->size;
+        if (r->ready) {
+            s->nready++;
+            if (r->stream != NULL)
+                fail(k, "ready region 0x%" PRIxPTR " still names a stream", r->addr);
+        } else if (r->stream == NULL) {
+            fail(k, "pending region 0x%" PRIxPTR " has no stream", r->addr);
+        } else {
+            s->npending++;
+            bump(refs, r->stream, k);
+            if (r->seq < r->stream->completed || r->seq > r->stream->recorded)
+                fail(k,
+                     "I8: pending region 0x%" PRIxPTR " seq %" PRIu64 " outside [%" PRIu64
+                     ", %" PRIu64 "]",
+                     r->addr, r->seq, r->stream->completed, r->stream->recorded);
+        }
+        break;
+    case VPMM_REGION_HOLE:
+    case VPMM_REGION_ZOMBIE:
+        if (!vpmm_is_aligned(r->addr, pg) || !vpmm_is_aligned(r->size, pg))
+            fail(k, "I2: %s 0x%" PRIxPTR "+%zu is not page aligned",
+                 r->state == VPMM_REGION_HOLE ? "hole" : "zombie", r->addr, r->size);
+        if (r->state == VPMM_REGION_HOLE) {
+            s->hole += r->size;
+            s->nholes++;
+        } else {
+            s->zombie += r->size;
+            s->nzombies++;
+            if (r->stream != NULL) {
+                bump(refs, r->stream, k);
+                if (r->seq >= r->stream->recorded)
+                    fail(k,
+                         "zombie 0x%" PRIxPTR " waits for marker %" PRIu64
+                         " that was never recorded",
+                         r->addr, r->seq);
+            }
+        }
+        break;
+    default:
+        fail(k, "region 0x%" PRIxPTR " has unknown state %d", r->addr, (int)r->state);
+    }
+    if (r->next) {
+        if (r->state == VPMM_REGION_HOLE && r->next->state == VPMM_REGION_HOLE)
+            fail(k, "I6: adjacent holes at 0x%" PRIxPTR, r->next->addr);
+        if (vpmm_i_free_mergeable(r, r->next))
+            fail(k, "I6: mergeable free regions at 0x%" PRIxPTR " and 0x%" PRIxPTR, r->addr,
+                 r->next->addr);
+    }
+}
+
+static void check_chunks(const vpmm_pool_t *p, sums_t *s, vpmm_hmap_t *refs, checker_t *k,
+                         size_t *va)
+{
+    unsigned n = 0;
+    for (const vpmm_chunk_t *c = p->chunks; c; c = c->next, n++) {
+        uintptr_t at = c->base, last_live = 0;
+        const vpmm_region_t *prev = NULL;
+        *va += c->size;
+        for (const vpmm_region_t *r = c->first; r; prev = r, r = r->next) {
+            if (r->chunk != c || r->prev != prev)
+                fail(k, "I1: region 0x%" PRIxPTR " has bad chunk or prev link", r->addr);
+            if (r->addr != at || r->size == 0)
+                fail(k, "I1: region 0x%" PRIxPTR "+%zu does not follow 0x%" PRIxPTR, r->addr,
+                     r->size, at);
+            at = r->addr + r->size;
+            check_region(p, r, s, refs, k);
+            check_pages(p, r, &last_live, s, k);
+        }
+        if (at != c->base + c->size)
+            fail(k, "I1: chunk %u ends at 0x%" PRIxPTR ", regions end at 0x%" PRIxPTR, c->index,
+                 c->base + c->size, at);
+    }
+    if (n != p->chunk_count)
+        fail(k, "chunk count %u != %u chunks listed", p->chunk_count, n);
+}
+
+static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_hmap_t *refs,
+                         size_t *npending, checker_t *k)
+{
+    size_t n = 0, bytes = 0, dirty = 0;
+    (void)p;
+    if (t->completed > t->recorded)
+        fail(k, "I8: stream %p completed %" PRIu64 " > recorded %" PRIu64, (void *)t->handle,
+             t->completed, t->recorded);
+    for (const vpmm_region_t *r = t->pend_head; r; r = r->qnext) {
+        if (r->state != VPMM_REGION_FREE || r->ready || r->stream != t)
+            fail(k, "I7: stream %p pending list holds a foreign region 0x%" PRIxPTR,
+                 (void *)t->handle, r->addr);
+        if (r->qnext && r->qnext->seq < r->seq)
+            fail(k, "I7: stream %p pending list out of seq order", (void *)t->handle);
+        if ((r->qnext == NULL) != (r == t->pend_tail))
+            fail(k, "I7: stream %p pending list tail is wrong", (void *)t->handle);
+        dirty += r->seq == t->recorded;
+        bytes += r->size;
+        n++;
+    }
+    if (n != t->free_tree.count)
+        fail(k, "I7: stream %p has %zu pending regions listed, %zu in its tree", (void *)t->handle,
+             n, t->free_tree.count);
+    if (vpmm_rb_validate(&t->free_tree) != 0)
+        fail(k, "I7: stream %p free tree is not a valid red-black tree", (void *)t->handle);
+    if (bytes != t->pending_bytes)
+        fail(k, "stream %p pending bytes %zu != %zu listed", (void *)t->handle, t->pending_bytes,
+             bytes);
+    if (dirty != t->dirty_regions)
+        fail(k, "I8: stream %p dirty count %zu != %zu", (void *)t->handle, t->dirty_regions, dirty);
+    if (count_of(refs, t) != t->refs)
+        fail(k, "stream %p refs %zu != %zu regions naming it", (void *)t->handle, t->refs,
+             count_of(refs, t));
+    *npending += n;
+}
+
+static void check_phys(const vpmm_pool_t *p, const sums_t *s, checker_t *k)
+{
+    vpmm_hmap_t zmaps;
+    size_t n = 0, bytes = 0, pos;
+    uint64_t key;
+    void *val;
+
+    if (vpmm_hmap_init(&zmaps, 64) != 0) {
+        fail(k, "out of host memory while checking");
+        return;
+    }
+    for (pos = vpmm_hmap_next(&p->maps, 0, &key, &val); pos < p->maps.cap;
+         pos = vpmm_hmap_next(&p->maps, pos + 1, &key, &val))
+        if (((vpmm_phys_t *)val)->va != key)
+            bump(&zmaps, val, k);
+    for (const vpmm_phys_t *ph = p->phys_head; ph; ph = ph->next) {
+        n++;
+        bytes += ph->size;
+        if (vpmm_i_phys_at(p, ph->va) != ph)
+            fail(k, "I4: page at 0x%" PRIxPTR " is not mapped at its live address", ph->va);
+        if (count_of(&zmaps, ph) != ph->zombie_maps)
+            fail(k, "I4: page at 0x%" PRIxPTR " has %zu zombie mappings, %zu recorded", ph->va,
+                 count_of(&zmaps, ph), ph->zombie_maps);
+    }
+    vpmm_hmap_fini(&zmaps);
+    if (n != p->phys_count)
+        fail(k, "I4: %zu pages listed, count says %zu", n, p->phys_count);
+    if (bytes != p->c.mapped_bytes || bytes != s->alloc + s->free)
+        fail(k, "I4: mapped %zu, pages %zu, allocated+free %zu", p->c.mapped_bytes, bytes,
+             s->alloc + s->free);
+    if (s->live_pages != p->phys_count)
+        fail(k, "I3: %zu live pages under allocated/free regions, %zu pages exist", s->live_pages,
+             p->phys_count);
+    if (p->maps.count != s->live_pages + s->zombie_pages)
+        fail(k, "I3: mapping table has %zu entries, regions account for %zu", p->maps.count,
+             s->live_pages + s->zombie_pages);
+}
+
+static void check_counters(const vpmm_pool_t *p, const sums_t *s, size_t va, checker_t *k)
+{
+    const vpmm_counters_t *c = &p->c;
+    if (c->allocated_bytes != s->alloc || c->live_bytes != s->live || c->live_allocs != s->nalloc)
+        fail(k, "I5: allocated %zu/%zu live %zu/%zu count %" PRIu64 "/%zu (counter/regions)",
+             c->allocated_bytes, s->alloc, c->live_bytes, s->live, c->live_allocs, s->nalloc);
+    if (c->free_bytes != s->free || c->hole_bytes != s->hole || c->zombie_bytes != s->zombie)
+        fail(k, "I5: free %zu/%zu hole %zu/%zu zombie %zu/%zu (counter/regions)", c->free_bytes,
+             s->free, c->hole_bytes, s->hole, c->zombie_bytes, s->zombie);
+    if (c->reserved_va_bytes != va || s->alloc + s->free + s->hole + s->zombie != va)
+        fail(k, "I5: reserved %zu, chunks %zu, regions %zu", c->reserved_va_bytes, va,
+             s->alloc + s->free + s->hole + s->zombie);
+    if (c->peak_live_bytes < c->live_bytes || c->peak_mapped_bytes < c->mapped_bytes)
+        fail(k, "peaks below current values");
+}
+
+static void check_indexes(const vpmm_pool_t *p, const sums_t *s, checker_t *k)
+{
+    size_t nz = 0;
+    if (p->allocs.count != s->nalloc)
+        fail(k, "I7: allocation table has %zu entries, %zu allocations", p->allocs.count,
+             s->nalloc);
+    if (p->ready.count != s->nready || vpmm_rb_validate(&p->ready) != 0)
+        fail(k, "I7: ready tree has %zu nodes for %zu ready regions (or is malformed)",
+             p->ready.count, s->nready);
+    if (p->holes.count != s->nholes || vpmm_rb_validate(&p->holes) != 0)
+        fail(k, "I7: hole tree has %zu nodes for %zu holes (or is malformed)", p->holes.count,
+             s->nholes);
+    for (const vpmm_region_t *z = p->zombie_head; z; z = z->qnext, nz++)
+        if (z->state != VPMM_REGION_ZOMBIE)
+            fail(k, "I7: zombie list holds a non-zombie at 0x%" PRIxPTR, z->addr);
+    if (nz != s->nzombies)
+        fail(k, "I7: zombie list has %zu entries for %zu zombies", nz, s->nzombies);
+}
+
+size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
+{
+    checker_t k = { report, 0 };
+    sums_t s = { 0 };
+    vpmm_hmap_t refs;
+    size_t va = 0, npending = 0, nlive = 0;
+
+    if (pool == NULL) {
+        fail(&k, "pool is NULL");
+        return k.violations;
+    }
+    if (vpmm_hmap_init(&refs, 64) != 0) {
+        fail(&k, "out of host memory while checking");
+        return k.violations;
+    }
+    vpmm_i_lock(pool);
+    check_chunks(pool, &s, &refs, &k, &va);
+    for (const vpmm_strm_t *t = pool->streams; t; t = t->next, nlive++) {
+        if (t->retired)
+            fail(&k, "retired stream %p on the live list", (void *)t->handle);
+        check_stream(pool, t, &refs, &npending, &k);
+    }
+    for (const vpmm_strm_t *t = pool->retired; t; t = t->next)
+        check_stream(pool, t, &refs, &npending, &k);
+    if (nlive != pool->stream_count)
+        fail(&k, "stream count %zu != %zu listed", pool->stream_count, nlive);
+    if (npending != s.npending)
+        fail(&k, "I7: %zu pending regions, %zu on stream lists", s.npending, npending);
+    check_phys(pool, &s, &k);
+    check_counters(pool, &s, va, &k);
+    check_indexes(pool, &s, &k);
+    vpmm_i_unlock(pool);
+    vpmm_hmap_fini(&refs);
+    return k.violations;
+}

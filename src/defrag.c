@@ -1,0 +1,220 @@
+/*
+ * defrag.c — phase 0 (zombie reclaim) and phase 2 (grow / defragment by remapping).
+ *
+ * Phase 2 executes a plan from policy.c in two halves. First every fallible step, each undone in
+ * reverse on failure: reserve a chunk if needed, record the markers that will guard the zombies,
+ * create the shortfall pages, map new and harvested pages into the hole (harvested pages are now
+ * double-mapped: old address and new), grant access, and make the caller's stream wait on the GPU
+ * for other streams whose memory it takes. Then the commit, which cannot fail (nodes and table
+ * room were reserved first): the hole becomes a FREE span joined with the usable neighbours, each
+ * harvested run becomes a ZOMBIE at its old address, and the mapping table learns the new
+ * addresses. So a driver failure leaves the pool exactly as it was (no handle, mapping or VA
+ * leaks).
+ *
+ *    before:  [F free][ hole ...............]   ...  [R free: a b c d]
+ *    after:   [F free|new|a'|b'|c'|d'][ hole ]  ...  [R|zombie a b c d]
+ *
+ * Zombies are unmapped in phase 0 of a later malloc, once the marker of the stream that last used
+ * the memory has completed; their VA becomes hole again. Called under the pool lock.
+ */
+#include <stdlib.h>
+
+#include "pool.h"
+
+/* Turn the unmapped prefix [z->addr, z->addr + done) of zombie z into hole. */
+static void zombie_to_hole(vpmm_pool_t *p, vpmm_region_t *z, size_t done)
+{
+    vpmm_i_index_del(p, z);
+    if (done < z->size) {
+        vpmm_region_t *rest = vpmm_i_region_split(p, z, z->addr + done);
+        vpmm_i_index_add(p, rest); /* still a zombie */
+    }
+    z->state = VPMM_REGION_HOLE;
+    z->stream = NULL;
+    z->seq = 0;
+    vpmm_i_index_add(p, z);
+    vpmm_i_region_coalesce(p, z);
+}
+
+void vpmm_i_reclaim_zombies(vpmm_pool_t *p)
+{
+    const size_t pg = p->page_size;
+    vpmm_region_t *z = p->zombie_head;
+    while (z) {
+        vpmm_region_t *next = z->qnext;
+        size_t done = 0;
+        if (z->stream && !vpmm_i_stream_done(z->stream, z->seq)) {
+            vpmm_i_stream_poll(p, z->stream);
+            if (!vpmm_i_stream_done(z->stream, z->seq)) {
+                z = next;
+                continue;
+            }
+        }
+        if (vpmm_i_region_reserve(p, 1) != VPMM_SUCCESS)
+            return;
+        while (done < z->size) {
+            uintptr_t va = z->addr + done;
+            vpmm_phys_t *ph = vpmm_i_phys_at(p, va);
+            if (vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va, pg)) != VPMM_SUCCESS)
+                break;
+            vpmm_hmap_remove(&p->maps, va);
+            ph->zombie_maps--;
+            done += pg;
+        }
+        if (done > 0)
+            zombie_to_hole(p, z, done);
+        if (done < z->size)
+            return; /* a driver failure: try again on a later slow path */
+        z = next;
+    }
+}
+
+/* Other streams the caller must wait for: the latest marker of each whose memory it takes. */
+typedef struct wait_need {
+    vpmm_strm_t *stream;
+    uint64_t seq;
+} wait_need_t;
+
+static size_t collect_waits(const vpmm_plan_t *plan, const vpmm_strm_t *s, wait_need_t *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < plan->nruns; i++) {
+        const vpmm_region_t *src = plan->runs[i].src;
+        size_t j;
+        if (src->ready || src->stream == s)
+            continue;
+        for (j = 0; j < n && w[j].stream != src->stream; j++)
+            ;
+        if (j == n)
+            w[n++] = (wait_need_t){ src->stream, src->seq };
+        else if (src->seq > w[j].seq)
+            w[j].seq = src->seq;
+    }
+    return n;
+}
+
+/* Commit one harvested run: its pages now live at `to`, its old VA becomes a zombie. */
+static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to)
+{
+    const size_t pg = p->page_size;
+    vpmm_region_t *src = run->src, *mid = src;
+    uintptr_t end = run->addr + run->npages * pg;
+
+    vpmm_i_index_del(p, src);
+    if (run->addr > src->addr) {
+        mid = vpmm_i_region_split(p, src, run->addr);
+        vpmm_i_index_add(p, src);
+    }
+    if (mid->addr + mid->size > end) {
+        vpmm_region_t *hi = vpmm_i_region_split(p, mid, end);
+        vpmm_i_index_add(p, hi);
+    }
+    for (size_t i = 0; i < run->npages; i++) {
+        vpmm_phys_t *ph = vpmm_i_phys_at(p, run->addr + i * pg);
+        ph->va = to + i * pg;
+        ph->zombie_maps++;
+        vpmm_hmap_put(&p->maps, ph->va, ph); /* room reserved */
+    }
+    /* Fresh or completed memory is safe to unmap at once; pending memory waits for its marker. */
+    if (mid->ready)
+        mid->stream = NULL;
+    mid->state = VPMM_REGION_ZOMBIE;
+    mid->ready = 0;
+    vpmm_i_index_add(p, mid);
+}
+
+vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
+                            vpmm_region_t **out_span)
+{
+    const size_t pg = p->page_size;
+    const size_t n = plan->npages, nnew = plan->nnew;
+    vpmm_phys_t **pages = NULL;
+    wait_need_t *waits = NULL;
+    vpmm_chunk_t *chunk = NULL;
+    vpmm_region_t *span;
+    size_t nwaits, k = nnew;
+    vpmm_status_t st;
+
+    /* Host resources first, so the commit cannot fail. */
+    VPMM_CHECK(vpmm_i_region_reserve(p, 4 + 2 * plan->nruns));
+    if (vpmm_hmap_reserve(&p->maps, n) != 0 || vpmm_hmap_reserve(&p->allocs, 1) != 0)
+        goto host_oom;
+    pages = malloc((n ? n : 1) * sizeof *pages);
+    waits = malloc((plan->nruns ? plan->nruns : 1) * sizeof *waits);
+    if (pages == NULL || waits == NULL)
+        goto host_oom;
+
+    if (plan->hole == NULL) {
+        VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &chunk), fail);
+        vpmm_i_plan_place_in(p, plan, chunk->first);
+    }
+    /* Zombie guards: the marker covering each pending run must exist. */
+    for (size_t i = 0; i < plan->nruns; i++) {
+        vpmm_region_t *src = plan->runs[i].src;
+        if (!src->ready)
+            VPMM_CHECK_GOTO(st, vpmm_i_stream_mark(p, src->stream, src->seq), undo_chunk);
+    }
+    VPMM_CHECK_GOTO(st, vpmm_i_pages_create(p, nnew, pages), undo_chunk);
+    for (size_t i = 0; i < plan->nruns; i++)
+        for (size_t j = 0; j < plan->runs[i].npages; j++)
+            pages[k++] = vpmm_i_phys_at(p, plan->runs[i].addr + j * pg);
+    VPMM_CHECK_GOTO(st, vpmm_i_pages_map(p, plan->map_at, pages, n), undo_pages);
+    nwaits = collect_waits(plan, s, waits);
+    for (size_t i = 0; i < nwaits; i++) {
+        vpmm_drv_event_t ev = vpmm_i_stream_marker(waits[i].stream, waits[i].seq);
+        st = vpmm_i_drv_status(p, p->drv->stream_wait_event(p->drv, s->handle, ev));
+        if (st != VPMM_SUCCESS)
+            goto undo_map; /* waits already enqueued only order work; they change no state */
+    }
+
+    /* ---- commit: nothing below can fail ---- */
+    span = vpmm_i_hole_carve(p, plan->hole, plan->map_at, n * pg);
+    for (size_t i = 0; i < nnew; i++)
+        vpmm_i_phys_link(p, pages[i], plan->map_at + i * pg);
+    k = nnew;
+    for (size_t i = 0; i < plan->nruns; i++) {
+        commit_run(p, &plan->runs[i], plan->map_at + k * pg);
+        k += plan->runs[i].npages;
+    }
+    /* Join the usable neighbours: [left][span][right] becomes one region of the caller. */
+    if (plan->left) {
+        vpmm_i_index_del(p, plan->left);
+        vpmm_i_region_absorb_next(p, plan->left);
+        span = plan->left;
+    }
+    if (plan->right) {
+        vpmm_i_index_del(p, plan->right);
+        vpmm_i_region_absorb_next(p, span);
+    }
+    vpmm_i_region_set_free(p, span, s);
+    vpmm_i_index_add(p, span);
+    span = vpmm_i_region_coalesce(p, span);
+
+    p->c.pages_created += nnew;
+    p->c.pages_remapped += n - nnew;
+    p->c.grows += nnew > 0;
+    p->c.defrags += n > nnew;
+    p->c.cross_stream_waits += nwaits;
+    vpmm_i_note_peaks(p);
+    free(pages);
+    free(waits);
+    *out_span = span;
+    return VPMM_SUCCESS;
+
+undo_map:
+    vpmm_i_pages_unmap(p, plan->map_at, n);
+undo_pages:
+    vpmm_i_pages_destroy(p, pages, nnew);
+undo_chunk:
+    if (chunk != NULL)
+        vpmm_i_chunk_remove(p, chunk);
+fail:
+    free(pages);
+    free(waits);
+    return st;
+host_oom:
+    free(pages);
+    free(waits);
+    vpmm_i_set_error("out of host memory for a defragmentation");
+    return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+}

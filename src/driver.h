@@ -1,0 +1,134 @@
+/*
+ * driver.h — the backend contract: the only way the core pool touches memory, streams and events.
+ *
+ * A backend fills a vpmm_driver_t (embedded as the first member of its own state) with function
+ * pointers. The core never includes cuda.h; driver_cuda.c does, and loads the driver at run time,
+ * so every binary starts on a machine without one. driver_host.c emulates the same contract on the
+ * CPU, and driver_fault.c wraps any backend to count calls and inject failures.
+ *
+ * Contract, for every backend and every entry point:
+ *  1. Result. Each call returns a vpmm_dres_t. VPMM_DRV_OK means it did exactly what it says. Any
+ *     other value means it did nothing: a failed create leaves no handle, a failed map leaves the
+ *     range unmapped, a failed reserve leaves no VA. On failure the backend stores its raw error in
+ *     last_code and the driver function's name in last_call (CUDA names on every backend).
+ *  2. Granularity. granularity() reports G (2 MiB on an H100). va_reserve sizes and alignments,
+ *     mem_create sizes, and map/unmap/set_access addresses, sizes and offsets are multiples of G;
+ *     a call breaking this returns VPMM_DRV_INVALID and does nothing.
+ *  3. Mappings. mem_map(va, size, h, offset) maps bytes [offset, offset+size) of handle h at va,
+ *     which must lie inside one reservation and be unmapped. A handle may be mapped at several
+ *     addresses at once (aliasing). mem_unmap(va, size) takes exactly one whole earlier mapping
+ *     (never part of one, never two). A new mapping is inaccessible until set_access, which may
+ *     span several adjacent mappings. va_free requires the whole reservation to be unmapped.
+ *  4. Ownership. The caller owns handles from mem_create to mem_release and events from
+ *     event_create to event_destroy. mem_release of a handle that is still mapped is allowed; the
+ *     memory goes back when its last mapping is unmapped (as in CUDA). Streams belong to the
+ *     application: the driver never creates or destroys them; NULL is the legacy default stream.
+ *  5. Ordering. event_record captures the work enqueued on a stream so far; event_query returns
+ *     VPMM_DRV_OK once that work is done and VPMM_DRV_NOT_READY before; stream_wait_event makes
+ *     later work on a stream wait for an event on the GPU (the host never blocks). synchronize()
+ *     blocks the host until the device is idle (used by pool destruction only).
+ *  6. Capture. capture_info reports whether a stream is being captured into a graph and the
+ *     capture's id. event_query on an event recorded in a capturing stream is an error (and, in
+ *     CUDA, invalidates the capture): callers never do it.
+ *  7. Threads. A driver instance belongs to one pool and is called under that pool's lock.
+ *     close() releases everything the instance itself holds (not the caller's handles).
+ */
+#ifndef VPMM_DRIVER_H
+#define VPMM_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vpmm.h"
+
+typedef enum vpmm_dres {
+    VPMM_DRV_OK = 0,
+    VPMM_DRV_NOT_READY = 1,     /* event_query: the work is not finished yet */
+    VPMM_DRV_OUT_OF_MEMORY = 2, /* mem_create: no device memory; va_reserve: no address space */
+    VPMM_DRV_NO_DEVICE = 3,     /* open: no driver library, no device, or an unusable driver */
+    VPMM_DRV_NOT_SUPPORTED = 4, /* open: the device cannot do virtual memory management */
+    VPMM_DRV_INVALID = 5,       /* arguments break the contract (alignment, unknown handle, ...) */
+    VPMM_DRV_ERROR = 6,         /* anything else the driver reported */
+} vpmm_dres_t;
+
+typedef enum vpmm_capture_status {
+    VPMM_CAPTURE_NONE = 0,        /* the stream is not being captured */
+    VPMM_CAPTURE_ACTIVE = 1,      /* the stream is being captured */
+    VPMM_CAPTURE_INVALIDATED = 2, /* the capture was invalidated and must be ended */
+} vpmm_capture_status_t;
+
+/* One entry per function pointer below; used by counters and fault injection. */
+typedef enum vpmm_drv_entry {
+    VPMM_DRV_GRANULARITY = 0,
+    VPMM_DRV_VA_RESERVE,
+    VPMM_DRV_VA_FREE,
+    VPMM_DRV_MEM_CREATE,
+    VPMM_DRV_MEM_RELEASE,
+    VPMM_DRV_MEM_MAP,
+    VPMM_DRV_MEM_UNMAP,
+    VPMM_DRV_SET_ACCESS,
+    VPMM_DRV_EVENT_CREATE,
+    VPMM_DRV_EVENT_DESTROY,
+    VPMM_DRV_EVENT_RECORD,
+    VPMM_DRV_EVENT_QUERY,
+    VPMM_DRV_STREAM_WAIT_EVENT,
+    VPMM_DRV_CAPTURE_INFO,
+    VPMM_DRV_MEM_GET_INFO,
+    VPMM_DRV_SYNCHRONIZE,
+    VPMM_DRV_ENTRY_COUNT
+} vpmm_drv_entry_t;
+
+/* The CUDA name of an entry ("cuMemCreate"), for messages. */
+const char *vpmm_drv_entry_name(vpmm_drv_entry_t entry);
+
+typedef uint64_t vpmm_drv_handle_t; /* a physical allocation (CUmemGenericAllocationHandle) */
+typedef struct vpmm_drv_event *vpmm_drv_event_t; /* an event (CUevent) */
+
+typedef struct vpmm_driver vpmm_driver_t;
+
+struct vpmm_driver {
+    const char *name; /* "cuda", "host", or a wrapper's name */
+
+    /* Raw error of the latest failed call on this instance (rule 1). */
+    int last_code;
+    const char *last_call;
+
+    vpmm_dres_t (*granularity)(vpmm_driver_t *d, size_t *out_bytes);
+
+    vpmm_dres_t (*va_reserve)(vpmm_driver_t *d, size_t size, size_t align, uintptr_t *out_va);
+    vpmm_dres_t (*va_free)(vpmm_driver_t *d, uintptr_t va, size_t size);
+
+    vpmm_dres_t (*mem_create)(vpmm_driver_t *d, size_t size, vpmm_drv_handle_t *out_handle);
+    vpmm_dres_t (*mem_release)(vpmm_driver_t *d, vpmm_drv_handle_t handle);
+    vpmm_dres_t (*mem_map)(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_drv_handle_t handle,
+                           size_t offset);
+    vpmm_dres_t (*mem_unmap)(vpmm_driver_t *d, uintptr_t va, size_t size);
+    vpmm_dres_t (*set_access)(vpmm_driver_t *d, uintptr_t va, size_t size);
+
+    vpmm_dres_t (*event_create)(vpmm_driver_t *d, vpmm_drv_event_t *out_event);
+    vpmm_dres_t (*event_destroy)(vpmm_driver_t *d, vpmm_drv_event_t event);
+    vpmm_dres_t (*event_record)(vpmm_driver_t *d, vpmm_drv_event_t event, vpmm_stream_t stream);
+    vpmm_dres_t (*event_query)(vpmm_driver_t *d, vpmm_drv_event_t event);
+    vpmm_dres_t (*stream_wait_event)(vpmm_driver_t *d, vpmm_stream_t stream,
+                                     vpmm_drv_event_t event);
+
+    vpmm_dres_t (*capture_info)(vpmm_driver_t *d, vpmm_stream_t stream,
+                                vpmm_capture_status_t *out_status, uint64_t *out_id);
+
+    vpmm_dres_t (*mem_get_info)(vpmm_driver_t *d, size_t *out_free, size_t *out_total);
+    vpmm_dres_t (*synchronize)(vpmm_driver_t *d);
+
+    void (*close)(vpmm_driver_t *d);
+};
+
+/*
+ * Opens the CUDA backend on a device (-1: the calling thread's current device, else 0).
+ * VPMM_DRV_NO_DEVICE when libcuda.so.1 is missing, cuInit fails or there is no such device;
+ * VPMM_DRV_NOT_SUPPORTED when the device has no VMM support. Defined in driver_cuda.c.
+ */
+vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out);
+
+/* Number of CUDA devices usable by the CUDA backend (0 when there is no driver). */
+int vpmm_driver_cuda_device_count(void);
+
+#endif /* VPMM_DRIVER_H */

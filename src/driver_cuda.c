@@ -1,0 +1,650 @@
+/*
+ * driver_cuda.c — the CUDA backend: implements the contract of driver.h on the real CUDA driver.
+ * The only file of the library that includes cuda.h.
+ *
+ * Loading. Nothing here links against libcuda: the first call of vpmm_driver_cuda_open() or
+ * vpmm_driver_cuda_device_count() dlopen()s "libcuda.so.1" (RTLD_NOW | RTLD_LOCAL), dlsym()s only
+ * cuGetProcAddress_v2 and resolves every other entry point through it, each at the CUDA version
+ * whose ABI this file calls (the table in cu_load_once). So the binaries start without a driver,
+ * and a missing library, symbol or device is a status (VPMM_DRV_NO_DEVICE), never a crash. The
+ * library handle, the entry points and cuInit's verdict are loaded once per process (pthread_once)
+ * and shared by every instance; the library is never dlclose()d.
+ *
+ * Versions. Needs a driver of CUDA 12.0 or later (cuGetProcAddress_v2 appeared in 12.0); compiles
+ * against the CUDA 13.0 headers. cuStreamGetCaptureInfo is taken at 12030 (v3 signature, with
+ * edge data) on a 12.3+ driver and at 11030 (v2) on 12.0-12.2, since cuGetProcAddress refuses a
+ * version newer than the driver. Entry points are looked up with CU_GET_PROC_ADDRESS_LEGACY_STREAM:
+ * stream 0 (NULL) means the legacy default stream, whatever the application was compiled with
+ * (CU_STREAM_PER_THREAD / cudaStreamPerThread still name the per-thread stream explicitly).
+ *
+ * Contexts. An instance retains its device's primary context (the one the CUDA runtime uses)
+ * at open and releases it at close. Every entry point that calls the driver runs with that
+ * context current: cuCtxGetCurrent and a pointer compare when it already is (the common case in
+ * a runtime application), otherwise cuCtxPushCurrent / cuCtxPopCurrent around the call.
+ *
+ * Threads. The loader is thread-safe. An instance is not (driver.h rule 7: the owning pool calls
+ * it under its lock); its only mutable state is last_code / last_call. Never prints, never exits.
+ *
+ * Devices. vpmm_driver_cuda_device_count() is cuDeviceGetCount (0 without a usable driver), so its
+ * range is exactly the ordinals open() accepts; a device in it may still lack VMM support
+ * (open says VPMM_DRV_NOT_SUPPORTED).
+ *
+ * Checks. Arguments that break driver.h rule 2 (granularity) are refused here with
+ * VPMM_DRV_INVALID before the driver sees them, so the answer does not depend on the driver
+ * version; last_code is then CUDA_ERROR_INVALID_VALUE, as the driver would have said.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "driver.h"
+
+_Static_assert(sizeof(vpmm_drv_handle_t) == sizeof(CUmemGenericAllocationHandle),
+               "vpmm_drv_handle_t must hold a CUmemGenericAllocationHandle");
+_Static_assert(sizeof(uintptr_t) >= sizeof(CUdeviceptr), "uintptr_t must hold a CUdeviceptr");
+_Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function pointers must fit a void *");
+
+/* Versions at which the 12.3 capture-info ABI (v3, with edge data) exists. */
+#define CU_CAPTURE_INFO_V3_VERSION 12030
+#define CU_CAPTURE_INFO_V2_VERSION 11030
+
+/* ---- process-wide loader ----------------------------------------------------------------- */
+
+static struct cu_api {
+    pthread_once_t once;
+    void *lib;
+
+    /* Verdict of the load: VPMM_DRV_OK, or why the backend cannot run (code/call: the CUresult
+     * and the function that gave it). A failed open has no instance to carry a last_code, so this
+     * is where a debugger finds the reason; driver.h has no call that reports it yet. */
+    vpmm_dres_t status;
+    CUresult code;
+    const char *call;
+    int driver_version;
+    int device_count;
+
+    PFN_cuGetProcAddress_v12000 get_proc_address;
+    PFN_cuInit_v2000 init;
+    PFN_cuDriverGetVersion_v2020 driver_get_version;
+    PFN_cuDeviceGetCount_v2000 device_get_count;
+    PFN_cuDeviceGet_v2000 device_get;
+    PFN_cuDeviceGetAttribute_v2000 device_get_attribute;
+    PFN_cuDevicePrimaryCtxRetain_v7000 primary_ctx_retain;
+    PFN_cuDevicePrimaryCtxRelease_v11000 primary_ctx_release;
+    PFN_cuCtxGetCurrent_v4000 ctx_get_current;
+    PFN_cuCtxGetDevice_v2000 ctx_get_device;
+    PFN_cuCtxPushCurrent_v4000 ctx_push_current;
+    PFN_cuCtxPopCurrent_v4000 ctx_pop_current;
+    PFN_cuCtxSynchronize_v2000 ctx_synchronize;
+    PFN_cuMemGetInfo_v3020 mem_get_info;
+    PFN_cuMemGetAllocationGranularity_v10020 mem_get_allocation_granularity;
+    PFN_cuMemAddressReserve_v10020 mem_address_reserve;
+    PFN_cuMemAddressFree_v10020 mem_address_free;
+    PFN_cuMemCreate_v10020 mem_create;
+    PFN_cuMemRelease_v10020 mem_release;
+    PFN_cuMemMap_v10020 mem_map;
+    PFN_cuMemUnmap_v10020 mem_unmap;
+    PFN_cuMemSetAccess_v10020 mem_set_access;
+    PFN_cuEventCreate_v2000 event_create;
+    PFN_cuEventDestroy_v4000 event_destroy;
+    PFN_cuEventRecord_v2000 event_record;
+    PFN_cuEventQuery_v2000 event_query;
+    PFN_cuStreamWaitEvent_v3020 stream_wait_event;
+    PFN_cuStreamGetCaptureInfo_v12030 stream_get_capture_info_v3; /* driver >= 12.3 */
+    PFN_cuStreamGetCaptureInfo_v11030 stream_get_capture_info_v2; /* driver 12.0 - 12.2 */
+} g_cu = { .once = PTHREAD_ONCE_INIT };
+
+/* Records why the load failed; returns 0 so callers can `return cu_load_fail(...)`. */
+static int cu_load_fail(vpmm_dres_t status, CUresult code, const char *call)
+{
+    g_cu.status = status;
+    g_cu.code = code;
+    g_cu.call = call;
+    return 0;
+}
+
+/* Looks up `name` at `version` into *out (a function pointer of the matching PFN_ type). */
+static int cu_resolve(const char *name, int version, void *out, size_t out_size)
+{
+    void *sym = NULL;
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CUresult r =
+        g_cu.get_proc_address(name, &sym, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+    if (r != CUDA_SUCCESS)
+        return cu_load_fail(VPMM_DRV_NO_DEVICE, r, name);
+    if (found != CU_GET_PROC_ADDRESS_SUCCESS || sym == NULL)
+        return cu_load_fail(VPMM_DRV_NO_DEVICE, CUDA_ERROR_NOT_FOUND, name);
+    memcpy(out, &sym, out_size); /* object to function pointer, without a pedantic cast */
+    return 1;
+}
+
+#define CU_RESOLVE(field, name, version)                                                           \
+    do {                                                                                           \
+        if (!cu_resolve(name, version, &g_cu.field, sizeof g_cu.field))                            \
+            return;                                                                                \
+    } while (0)
+
+static void cu_load_once(void)
+{
+    g_cu.status = VPMM_DRV_NO_DEVICE;
+    g_cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (g_cu.lib == NULL) {
+        cu_load_fail(VPMM_DRV_NO_DEVICE, CUDA_SUCCESS, "dlopen(libcuda.so.1)");
+        return;
+    }
+    void *sym = dlsym(g_cu.lib, "cuGetProcAddress_v2");
+    if (sym == NULL) { /* a driver older than CUDA 12.0 */
+        cu_load_fail(VPMM_DRV_NO_DEVICE, CUDA_ERROR_NOT_FOUND, "cuGetProcAddress_v2");
+        return;
+    }
+    memcpy(&g_cu.get_proc_address, &sym, sizeof g_cu.get_proc_address);
+
+    /* Each at the CUDA version of the ABI this file calls (its PFN_..._vNNNNN typedef). */
+    CU_RESOLVE(init, "cuInit", 2000);
+    CU_RESOLVE(driver_get_version, "cuDriverGetVersion", 2020);
+    CU_RESOLVE(device_get_count, "cuDeviceGetCount", 2000);
+    CU_RESOLVE(device_get, "cuDeviceGet", 2000);
+    CU_RESOLVE(device_get_attribute, "cuDeviceGetAttribute", 2000);
+    CU_RESOLVE(primary_ctx_retain, "cuDevicePrimaryCtxRetain", 7000);
+    CU_RESOLVE(primary_ctx_release, "cuDevicePrimaryCtxRelease", 11000);
+    CU_RESOLVE(ctx_get_current, "cuCtxGetCurrent", 4000);
+    CU_RESOLVE(ctx_get_device, "cuCtxGetDevice", 2000);
+    CU_RESOLVE(ctx_push_current, "cuCtxPushCurrent", 4000);
+    CU_RESOLVE(ctx_pop_current, "cuCtxPopCurrent", 4000);
+    CU_RESOLVE(ctx_synchronize, "cuCtxSynchronize", 2000);
+    CU_RESOLVE(mem_get_info, "cuMemGetInfo", 3020);
+    CU_RESOLVE(mem_get_allocation_granularity, "cuMemGetAllocationGranularity", 10020);
+    CU_RESOLVE(mem_address_reserve, "cuMemAddressReserve", 10020);
+    CU_RESOLVE(mem_address_free, "cuMemAddressFree", 10020);
+    CU_RESOLVE(mem_create, "cuMemCreate", 10020);
+    CU_RESOLVE(mem_release, "cuMemRelease", 10020);
+    CU_RESOLVE(mem_map, "cuMemMap", 10020);
+    CU_RESOLVE(mem_unmap, "cuMemUnmap", 10020);
+    CU_RESOLVE(mem_set_access, "cuMemSetAccess", 10020);
+    CU_RESOLVE(event_create, "cuEventCreate", 2000);
+    CU_RESOLVE(event_destroy, "cuEventDestroy", 4000);
+    CU_RESOLVE(event_record, "cuEventRecord", 2000);
+    CU_RESOLVE(event_query, "cuEventQuery", 2000);
+    CU_RESOLVE(stream_wait_event, "cuStreamWaitEvent", 3020);
+
+    CUresult r = g_cu.init(0);
+    if (r != CUDA_SUCCESS) {
+        cu_load_fail(VPMM_DRV_NO_DEVICE, r, "cuInit");
+        return;
+    }
+    r = g_cu.driver_get_version(&g_cu.driver_version);
+    if (r != CUDA_SUCCESS) {
+        cu_load_fail(VPMM_DRV_NO_DEVICE, r, "cuDriverGetVersion");
+        return;
+    }
+    if (g_cu.driver_version >= CU_CAPTURE_INFO_V3_VERSION)
+        CU_RESOLVE(stream_get_capture_info_v3, "cuStreamGetCaptureInfo",
+                   CU_CAPTURE_INFO_V3_VERSION);
+    else
+        CU_RESOLVE(stream_get_capture_info_v2, "cuStreamGetCaptureInfo",
+                   CU_CAPTURE_INFO_V2_VERSION);
+
+    int count = 0;
+    r = g_cu.device_get_count(&count);
+    if (r != CUDA_SUCCESS) {
+        cu_load_fail(VPMM_DRV_NO_DEVICE, r, "cuDeviceGetCount");
+        return;
+    }
+    if (count <= 0) {
+        cu_load_fail(VPMM_DRV_NO_DEVICE, CUDA_ERROR_NO_DEVICE, "cuDeviceGetCount");
+        return;
+    }
+    g_cu.device_count = count;
+    g_cu.status = VPMM_DRV_OK;
+    g_cu.code = CUDA_SUCCESS;
+    g_cu.call = NULL;
+}
+
+static vpmm_dres_t cu_load(void)
+{
+    if (pthread_once(&g_cu.once, cu_load_once) != 0)
+        return VPMM_DRV_NO_DEVICE;
+    return g_cu.status;
+}
+
+/* ---- one instance ------------------------------------------------------------------------- */
+
+typedef struct cuda_driver {
+    vpmm_driver_t base; /* first: the core sees only this */
+    CUdevice device;
+    CUcontext ctx; /* the device's primary context, retained by this instance */
+    size_t granularity;
+    CUmemAllocationProp prop; /* pinned device memory at `device`, no shareable handle types */
+    CUmemAccessDesc access;   /* read-write for `device` */
+} cuda_driver_t;
+
+static cuda_driver_t *cuda_of(vpmm_driver_t *d)
+{
+    return (cuda_driver_t *)d;
+}
+
+static vpmm_dres_t cu_map_result(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS:
+        return VPMM_DRV_OK;
+    case CUDA_ERROR_NOT_READY:
+        return VPMM_DRV_NOT_READY;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return VPMM_DRV_OUT_OF_MEMORY;
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: /* the driver API's "insufficient driver" */
+    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+    case CUDA_ERROR_STUB_LIBRARY:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+        return VPMM_DRV_NO_DEVICE;
+    case CUDA_ERROR_NOT_SUPPORTED:
+        return VPMM_DRV_NOT_SUPPORTED;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_HANDLE:
+        return VPMM_DRV_INVALID;
+    default:
+        return VPMM_DRV_ERROR;
+    }
+}
+
+/* Rule 1: keep the raw error and the function's name, return the mapped status. */
+static vpmm_dres_t cu_fail(cuda_driver_t *cd, CUresult r, const char *call)
+{
+    cd->base.last_code = (int)r;
+    cd->base.last_call = call;
+    return cu_map_result(r);
+}
+
+/* Rule 2 refusals (see the head comment). */
+static vpmm_dres_t cu_invalid(cuda_driver_t *cd, const char *call)
+{
+    return cu_fail(cd, CUDA_ERROR_INVALID_VALUE, call);
+}
+
+static int cu_misaligned(const cuda_driver_t *cd, size_t x)
+{
+    return x % cd->granularity != 0;
+}
+
+/*
+ * Makes the instance's context current for one driver call. *pushed tells cu_ctx_leave whether
+ * there is something to undo. Failure is reported against the context call that failed.
+ */
+static vpmm_dres_t cu_ctx_enter(cuda_driver_t *cd, int *pushed)
+{
+    CUcontext cur = NULL;
+    CUresult r = g_cu.ctx_get_current(&cur);
+    *pushed = 0;
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuCtxGetCurrent");
+    if (cur == cd->ctx)
+        return VPMM_DRV_OK;
+    r = g_cu.ctx_push_current(cd->ctx);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuCtxPushCurrent");
+    *pushed = 1;
+    return VPMM_DRV_OK;
+}
+
+/*
+ * Undoes cu_ctx_enter. A failed pop is not reported: the call itself already happened (or
+ * failed) and rule 1 forbids saying otherwise; the worst outcome is our primary context left
+ * current on this thread, which is what the runtime would have made current anyway.
+ */
+static void cu_ctx_leave(int pushed)
+{
+    if (pushed) {
+        CUcontext popped = NULL;
+        (void)g_cu.ctx_pop_current(&popped);
+    }
+}
+
+/* Runs `expr` (a CUresult) with the instance's context current; assigns its result to r. */
+#define CU_IN_CTX(cd, r, expr)                                                                     \
+    do {                                                                                           \
+        int pushed_;                                                                               \
+        vpmm_dres_t enter_ = cu_ctx_enter((cd), &pushed_);                                         \
+        if (enter_ != VPMM_DRV_OK)                                                                 \
+            return enter_;                                                                         \
+        (r) = (expr);                                                                              \
+        cu_ctx_leave(pushed_);                                                                     \
+    } while (0)
+
+/* ---- entry points ------------------------------------------------------------------------- */
+
+static vpmm_dres_t cu_granularity(vpmm_driver_t *d, size_t *out_bytes)
+{
+    *out_bytes = cuda_of(d)->granularity; /* queried once at open */
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_va_reserve(vpmm_driver_t *d, size_t size, size_t align, uintptr_t *out_va)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (size == 0 || cu_misaligned(cd, size) || cu_misaligned(cd, align))
+        return cu_invalid(cd, "cuMemAddressReserve");
+    CUdeviceptr va = 0;
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.mem_address_reserve(&va, size, align, 0, 0));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemAddressReserve");
+    *out_va = (uintptr_t)va;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_va_free(vpmm_driver_t *d, uintptr_t va, size_t size)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
+        return cu_invalid(cd, "cuMemAddressFree");
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.mem_address_free((CUdeviceptr)va, size));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemAddressFree");
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handle_t *out_handle)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (size == 0 || cu_misaligned(cd, size))
+        return cu_invalid(cd, "cuMemCreate");
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.mem_create(&h, size, &cd->prop, 0));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemCreate");
+    *out_handle = (vpmm_drv_handle_t)h;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_mem_release(vpmm_driver_t *d, vpmm_drv_handle_t handle)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.mem_release((CUmemGenericAllocationHandle)handle));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemRelease");
+    return VPMM_DRV_OK;
+}
+
+/* The offset goes to the driver as is: if a driver refuses a non-zero offset, that is its answer
+ * (returned, with its CUresult in last_code). */
+static vpmm_dres_t cu_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_drv_handle_t handle,
+                              size_t offset)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size) ||
+        cu_misaligned(cd, offset))
+        return cu_invalid(cd, "cuMemMap");
+    CUresult r;
+    CU_IN_CTX(cd, r,
+              g_cu.mem_map((CUdeviceptr)va, size, offset, (CUmemGenericAllocationHandle)handle, 0));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemMap");
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
+        return cu_invalid(cd, "cuMemUnmap");
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.mem_unmap((CUdeviceptr)va, size));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemUnmap");
+    return VPMM_DRV_OK;
+}
+
+/* One cuMemSetAccess over the whole range, which may span several adjacent mappings. */
+static vpmm_dres_t cu_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
+        return cu_invalid(cd, "cuMemSetAccess");
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, &cd->access, 1));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemSetAccess");
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUevent ev = NULL;
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuEventCreate");
+    *out_event = (vpmm_drv_event_t)ev;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.event_destroy((CUevent)event));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuEventDestroy");
+    return VPMM_DRV_OK;
+}
+
+/* NULL stream: the legacy default stream of the instance's (primary) context. */
+static vpmm_dres_t cu_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, vpmm_stream_t stream)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.event_record((CUevent)event, (CUstream)stream));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuEventRecord");
+    return VPMM_DRV_OK;
+}
+
+/* NOT_READY is an answer, not a failure: last_code/last_call are left alone for it. */
+static vpmm_dres_t cu_event_query(vpmm_driver_t *d, vpmm_drv_event_t event)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.event_query((CUevent)event));
+    if (r == CUDA_SUCCESS)
+        return VPMM_DRV_OK;
+    if (r == CUDA_ERROR_NOT_READY)
+        return VPMM_DRV_NOT_READY;
+    return cu_fail(cd, r, "cuEventQuery");
+}
+
+static vpmm_dres_t cu_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream,
+                                        vpmm_drv_event_t event)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r,
+              g_cu.stream_wait_event((CUstream)stream, (CUevent)event, CU_EVENT_WAIT_DEFAULT));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuStreamWaitEvent");
+    return VPMM_DRV_OK;
+}
+
+/* The graph and dependency outputs are not wanted (NULL). The id is 0 when not capturing. */
+static vpmm_dres_t cu_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
+                                   vpmm_capture_status_t *out_status, uint64_t *out_id)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    CUresult r;
+    if (g_cu.stream_get_capture_info_v3 != NULL)
+        CU_IN_CTX(
+            cd, r,
+            g_cu.stream_get_capture_info_v3((CUstream)stream, &cs, &id, NULL, NULL, NULL, NULL));
+    else
+        CU_IN_CTX(cd, r,
+                  g_cu.stream_get_capture_info_v2((CUstream)stream, &cs, &id, NULL, NULL, NULL));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuStreamGetCaptureInfo");
+    switch (cs) {
+    case CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        *out_status = VPMM_CAPTURE_ACTIVE;
+        break;
+    case CU_STREAM_CAPTURE_STATUS_INVALIDATED:
+        *out_status = VPMM_CAPTURE_INVALIDATED;
+        break;
+    default:
+        *out_status = VPMM_CAPTURE_NONE;
+        id = 0;
+        break;
+    }
+    *out_id = (uint64_t)id;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *out_total)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    size_t free_bytes = 0, total_bytes = 0;
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.mem_get_info(&free_bytes, &total_bytes));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemGetInfo");
+    *out_free = free_bytes;
+    *out_total = total_bytes;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_synchronize(vpmm_driver_t *d)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.ctx_synchronize());
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuCtxSynchronize");
+    return VPMM_DRV_OK;
+}
+
+static void cu_close(vpmm_driver_t *d)
+{
+    if (d == NULL)
+        return;
+    cuda_driver_t *cd = cuda_of(d);
+    (void)g_cu.primary_ctx_release(cd->device);
+    free(cd);
+}
+
+/* ---- open --------------------------------------------------------------------------------- */
+
+/*
+ * Device -1: the device of the calling thread's current context, else device 0. Since CUDA 12.0
+ * cudaSetDevice() makes the primary context current at once, so "the runtime's current device"
+ * and "the current context's device" agree for runtime applications.
+ */
+static CUresult cu_pick_device(int ordinal, CUdevice *out_dev)
+{
+    if (ordinal == -1) {
+        CUcontext cur = NULL;
+        CUresult r = g_cu.ctx_get_current(&cur);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (cur != NULL)
+            return g_cu.ctx_get_device(out_dev);
+        ordinal = 0;
+    }
+    if (ordinal < 0 || ordinal >= g_cu.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return g_cu.device_get(out_dev, ordinal);
+}
+
+vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out)
+{
+    if (out == NULL)
+        return VPMM_DRV_INVALID;
+    *out = NULL;
+    vpmm_dres_t st = cu_load();
+    if (st != VPMM_DRV_OK)
+        return st;
+
+    cuda_driver_t *cd = calloc(1, sizeof *cd);
+    if (cd == NULL)
+        return VPMM_DRV_ERROR;
+    CUresult r = cu_pick_device(device, &cd->device);
+    if (r != CUDA_SUCCESS) {
+        /* A device that does not exist is "no device", whatever the driver calls it. */
+        st = (r == CUDA_ERROR_INVALID_DEVICE) ? VPMM_DRV_NO_DEVICE : cu_map_result(r);
+        goto fail_free;
+    }
+
+    int vmm = 0;
+    r = g_cu.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                  cd->device);
+    if (r != CUDA_SUCCESS) {
+        st = cu_map_result(r);
+        goto fail_free;
+    }
+    if (!vmm) {
+        st = VPMM_DRV_NOT_SUPPORTED;
+        goto fail_free;
+    }
+
+    r = g_cu.primary_ctx_retain(&cd->ctx, cd->device);
+    if (r != CUDA_SUCCESS) {
+        st = cu_map_result(r);
+        goto fail_free;
+    }
+
+    cd->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    cd->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    cd->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    cd->prop.location.id = (int)cd->device;
+    cd->access.location = cd->prop.location;
+    cd->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+
+    r = g_cu.mem_get_allocation_granularity(&cd->granularity, &cd->prop,
+                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != CUDA_SUCCESS || cd->granularity == 0) {
+        st = (r != CUDA_SUCCESS) ? cu_map_result(r) : VPMM_DRV_ERROR;
+        goto fail_release;
+    }
+
+    vpmm_driver_t *b = &cd->base;
+    b->name = "cuda";
+    b->last_code = 0;
+    b->last_call = NULL;
+    b->granularity = cu_granularity;
+    b->va_reserve = cu_va_reserve;
+    b->va_free = cu_va_free;
+    b->mem_create = cu_mem_create;
+    b->mem_release = cu_mem_release;
+    b->mem_map = cu_mem_map;
+    b->mem_unmap = cu_mem_unmap;
+    b->set_access = cu_set_access;
+    b->event_create = cu_event_create;
+    b->event_destroy = cu_event_destroy;
+    b->event_record = cu_event_record;
+    b->event_query = cu_event_query;
+    b->stream_wait_event = cu_stream_wait_event;
+    b->capture_info = cu_capture_info;
+    b->mem_get_info = cu_mem_get_info;
+    b->synchronize = cu_synchronize;
+    b->close = cu_close;
+    *out = b;
+    return VPMM_DRV_OK;
+
+fail_release:
+    (void)g_cu.primary_ctx_release(cd->device);
+fail_free:
+    free(cd);
+    return st;
+}
+
+int vpmm_driver_cuda_device_count(void)
+{
+    return cu_load() == VPMM_DRV_OK ? g_cu.device_count : 0;
+}

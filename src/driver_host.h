@@ -1,0 +1,113 @@
+/*
+ * driver_host.h — the host emulation backend: the driver contract (driver.h) on the CPU, with
+ * real aliasing (one memfd, MAP_SHARED mappings), simulated streams/events/capture that advance
+ * only when a test says so, and a device-memory limit that makes OOM testable.
+ *
+ * Thread-safety: none. An instance belongs to one pool and is called under its lock (driver.h,
+ * rule 7); the vpmm_host_* helpers below must be called under the same lock (or from a test that
+ * owns the instance). Invariants are written above struct host_drv in driver_host.c and checked by
+ * vpmm_host_check(), which tests call after every mutation.
+ *
+ * Every vpmm_host_* helper takes the vpmm_driver_t returned by vpmm_host_open (not a wrapper such
+ * as driver_fault's: unwrap it with vpmm_fault_inner). Given anything else it does nothing and
+ * returns 0 / NULL / VPMM_DRV_INVALID.
+ */
+#ifndef VPMM_DRIVER_HOST_H
+#define VPMM_DRIVER_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "driver.h"
+
+typedef struct vpmm_host_options {
+    size_t granularity;  /* 0 = 2 MiB; must be a multiple of the OS page size */
+    size_t memory_limit; /* emulated device memory in bytes; 0 = 80 GiB */
+} vpmm_host_options_t;
+
+/*
+ * Opens a host backend. opt may be NULL (defaults). VPMM_DRV_INVALID for a NULL out or a bad
+ * granularity, VPMM_DRV_OUT_OF_MEMORY when the host has no memory for the instance,
+ * VPMM_DRV_NO_DEVICE when the memfd cannot be created. *out is NULL on failure.
+ */
+vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out);
+
+/* ---- streams ------------------------------------------------------------------------------
+ * Any vpmm_stream_t value (NULL included) is a stream; an unknown one is registered on first use
+ * with no pending work. Work is emulated: vpmm_host_enqueue adds one pending "kernel"; nothing
+ * completes until complete/advance/complete_all (or the synchronize entry point) says so.
+ */
+
+/* A fresh token distinct from every stream known to d (NULL only when out of host memory). */
+vpmm_stream_t vpmm_host_stream_create(vpmm_driver_t *d);
+
+/* Enqueues one work item on s and returns its 1-based sequence number on s. Returns 0 (and
+ * creates no work) when s is being captured: captured work belongs to a graph, not to s. */
+uint64_t vpmm_host_enqueue(vpmm_driver_t *d, vpmm_stream_t s);
+
+/* Finishes everything enqueued on s so far, first finishing (recursively) whatever it waits on. */
+void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s);
+
+/* Finishes up to n items of s in order, stopping at the first one whose waits are unsatisfied
+ * (it never completes other streams). Returns how many finished. */
+size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n);
+
+/* Finishes every item on every stream. */
+void vpmm_host_complete_all(vpmm_driver_t *d);
+
+/* 1 if s has no pending work (unknown streams have none), else 0. */
+int vpmm_host_stream_idle(vpmm_driver_t *d, vpmm_stream_t s);
+
+/* Work items enqueued on / completed by s so far (0 for unknown streams). */
+uint64_t vpmm_host_stream_enqueued(vpmm_driver_t *d, vpmm_stream_t s);
+uint64_t vpmm_host_stream_completed(vpmm_driver_t *d, vpmm_stream_t s);
+
+/* ---- capture ------------------------------------------------------------------------------
+ * begin_capture starts a capture originating in s (ids start at 1 and are never reused);
+ * VPMM_DRV_ERROR (last_code 401) if s is already capturing. end_capture ends the capture that s
+ * originated and every stream joined to it (through stream_wait_event on a captured event) leaves
+ * it too; VPMM_DRV_ERROR with 401 if s is not capturing, 903 if s joined but did not originate
+ * it, 901 if the capture had been invalidated (it still ends, as cudaStreamEndCapture does).
+ */
+vpmm_dres_t vpmm_host_begin_capture(vpmm_driver_t *d, vpmm_stream_t s, uint64_t *out_id);
+vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s);
+
+/* ---- inspection --------------------------------------------------------------------------- */
+
+typedef struct vpmm_host_counts {
+    size_t handles, handle_bytes;  /* live physical allocations (released-but-still-mapped ones
+                                      count until their last unmap) */
+    size_t mappings, mapped_bytes; /* live mappings */
+    size_t reservations, reserved_bytes;
+    size_t events;
+    size_t touched_bytes; /* bytes of the memfd actually resident (from fstat st_blocks) */
+} vpmm_host_counts_t;
+
+/* Fills *out (all zero for a non-host d). */
+void vpmm_host_counts(vpmm_driver_t *d, vpmm_host_counts_t *out);
+
+/* Every successful stream_wait_event call, in order. signaller/signal_seq are the stream and the
+ * sequence number the event captured; signal_seq is 0 for an event never recorded, or recorded
+ * in a capture (the wait then joins the capture instead of ordering real work). */
+typedef struct vpmm_host_wait {
+    vpmm_stream_t waiter;
+    vpmm_stream_t signaller;
+    uint64_t signal_seq;
+} vpmm_host_wait_t;
+
+size_t vpmm_host_wait_count(vpmm_driver_t *d);
+
+/* The i-th logged wait (0-based); all zero when i is out of range. */
+vpmm_host_wait_t vpmm_host_wait_at(vpmm_driver_t *d, size_t i);
+
+/* Forgets the wait log (vpmm_host_wait_count becomes 0); the barriers themselves stay. */
+void vpmm_host_wait_clear(vpmm_driver_t *d);
+
+/*
+ * Checks every invariant listed above struct host_drv in driver_host.c and returns the number of
+ * violations (each described on stderr when verbose is nonzero). A non-host d counts as one.
+ * O(n log n) in the number of objects: for tests, not for hot paths.
+ */
+size_t vpmm_host_check(vpmm_driver_t *d, int verbose);
+
+#endif /* VPMM_DRIVER_HOST_H */

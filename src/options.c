@@ -1,0 +1,289 @@
+/*
+ * options.c — vpmm_config_init, environment parsing and validation of a pool's settings.
+ *
+ * Every malformed or inconsistent setting becomes a status plus a vpmm_last_error() message that
+ * names the variable or field, its value and what was expected; nothing here can crash on input.
+ * Tests: tests/test_options.c.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+#include "status.h"
+#include "util.h"
+
+vpmm_status_t vpmm_config_init(vpmm_config_t *config)
+{
+    if (config == NULL) {
+        vpmm_i_set_error("vpmm_config_init: config is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    memset(config, 0, sizeof *config);
+    config->backend = VPMM_BACKEND_AUTO;
+    config->device = -1;
+    return VPMM_SUCCESS;
+}
+
+static int parse_digits(const char **p, size_t *out)
+{
+    const char *s = *p;
+    size_t v = 0;
+    if (*s < '0' || *s > '9')
+        return -1;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        size_t d = (size_t)(*s - '0');
+        if (v > (SIZE_MAX - d) / 10)
+            return -2;
+        v = v * 10 + d;
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+int vpmm_i_parse_count(const char *text, size_t *out)
+{
+    size_t v;
+    int rc;
+    if (text == NULL || out == NULL)
+        return -1;
+    rc = parse_digits(&text, &v);
+    if (rc != 0)
+        return rc;
+    if (*text != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int vpmm_i_parse_size(const char *text, size_t *out)
+{
+    size_t v;
+    unsigned shift = 0;
+    int rc;
+    if (text == NULL || out == NULL)
+        return -1;
+    rc = parse_digits(&text, &v);
+    if (rc != 0)
+        return rc;
+    switch (*text) {
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        break;
+    default:
+        return -1;
+    }
+    if (shift != 0 && text[1] != '\0')
+        return -1;
+    if (shift != 0 && v > (SIZE_MAX >> shift))
+        return -2;
+    *out = v << shift;
+    return 0;
+}
+
+const char *vpmm_i_format_bytes(size_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    unsigned u = 0;
+    size_t whole = bytes;
+    while (u + 1 < sizeof units / sizeof units[0] && whole >= 1024 && whole % 1024 == 0) {
+        whole /= 1024;
+        u++;
+    }
+    if (whole >= 10240 && u + 1 < sizeof units / sizeof units[0]) {
+        /* Not a round multiple: show one decimal in the largest fitting unit. */
+        double v = (double)bytes;
+        u = 0;
+        while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+            v /= 1024.0;
+            u++;
+        }
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+        return buf;
+    }
+    snprintf(buf, len, "%zu %s", whole, units[u]);
+    return buf;
+}
+
+/* Reads one size-valued variable; leaves *value alone when unset. */
+static vpmm_status_t env_size(const char *name, size_t *value, vpmm_option_source_t *src,
+                              int count_only)
+{
+    const char *text = getenv(name);
+    size_t v;
+    int rc;
+    if (text == NULL)
+        return VPMM_SUCCESS;
+    rc = count_only ? vpmm_i_parse_count(text, &v) : vpmm_i_parse_size(text, &v);
+    if (rc == -2) {
+        vpmm_i_set_error("%s='%s': value too large", name, text);
+        return VPMM_ERROR_INVALID_ENV;
+    }
+    if (rc != 0) {
+        vpmm_i_set_error(count_only
+                             ? "%s='%s': expected a decimal count"
+                             : "%s='%s': expected bytes with an optional K, M, G or T suffix",
+                         name, text);
+        return VPMM_ERROR_INVALID_ENV;
+    }
+    *value = v;
+    if (src != NULL)
+        *src = VPMM_FROM_ENV;
+    return VPMM_SUCCESS;
+}
+
+static vpmm_status_t env_backend(vpmm_backend_t *backend)
+{
+    const char *text = getenv("VPMM_BACKEND");
+    if (text == NULL)
+        return VPMM_SUCCESS;
+    if (strcmp(text, "auto") == 0)
+        *backend = VPMM_BACKEND_AUTO;
+    else if (strcmp(text, "cuda") == 0)
+        *backend = VPMM_BACKEND_CUDA;
+    else if (strcmp(text, "host") == 0)
+        *backend = VPMM_BACKEND_HOST;
+    else {
+        vpmm_i_set_error("VPMM_BACKEND='%s': expected cuda, host or auto", text);
+        return VPMM_ERROR_INVALID_ENV;
+    }
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t *out)
+{
+    vpmm_config_t defaults;
+    vpmm_options_t o;
+    size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0;
+    vpmm_option_source_t page_src = VPMM_FROM_DEFAULT, va_src = VPMM_FROM_DEFAULT;
+    vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
+    vpmm_backend_t env_back = VPMM_BACKEND_AUTO;
+
+    if (config == NULL) {
+        vpmm_config_init(&defaults);
+        config = &defaults;
+    }
+    if (config->backend != VPMM_BACKEND_AUTO && config->backend != VPMM_BACKEND_CUDA &&
+        config->backend != VPMM_BACKEND_HOST) {
+        vpmm_i_set_error("config.backend=%d: expected VPMM_BACKEND_AUTO, _CUDA or _HOST",
+                         (int)config->backend);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
+    if (config->device < -1) {
+        vpmm_i_set_error("config.device=%d: expected -1 (current) or a device ordinal",
+                         config->device);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
+
+    /* Parse every variable even if the config overrides it: a typo should never go unnoticed. */
+    if (!config->ignore_env) {
+        VPMM_CHECK(env_backend(&env_back));
+        VPMM_CHECK(env_size("VPMM_PAGE_SIZE", &env_page, &page_src, 0));
+        VPMM_CHECK(env_size("VPMM_VA_SIZE", &env_va, &va_src, 0));
+        VPMM_CHECK(env_size("VPMM_PAGES", &env_pages, &pages_src, 1));
+        VPMM_CHECK(env_size("VPMM_HOST_MEMORY", &env_host, &host_src, 0));
+        if (page_src == VPMM_FROM_ENV && env_page == 0) {
+            vpmm_i_set_error("VPMM_PAGE_SIZE='%s': the page size must be positive",
+                             getenv("VPMM_PAGE_SIZE"));
+            return VPMM_ERROR_INVALID_ENV;
+        }
+        if (va_src == VPMM_FROM_ENV && env_va == 0) {
+            vpmm_i_set_error("VPMM_VA_SIZE='%s': the VA chunk size must be positive",
+                             getenv("VPMM_VA_SIZE"));
+            return VPMM_ERROR_INVALID_ENV;
+        }
+        if (host_src == VPMM_FROM_ENV && env_host == 0) {
+            vpmm_i_set_error("VPMM_HOST_MEMORY='%s': the emulated device memory must be positive",
+                             getenv("VPMM_HOST_MEMORY"));
+            return VPMM_ERROR_INVALID_ENV;
+        }
+    }
+
+    memset(&o, 0, sizeof o);
+    o.backend = config->backend != VPMM_BACKEND_AUTO ? config->backend : env_back;
+    o.device = config->device;
+
+    o.page_size = config->page_size ? config->page_size : env_page;
+    o.page_size_src = config->page_size ? VPMM_FROM_CONFIG : page_src;
+    o.va_size = config->va_size ? config->va_size : env_va;
+    o.va_size_src = config->va_size ? VPMM_FROM_CONFIG : va_src;
+    o.prealloc_pages = config->prealloc_pages ? config->prealloc_pages : env_pages;
+    o.prealloc_src = config->prealloc_pages ? VPMM_FROM_CONFIG : pages_src;
+    o.host_memory = config->host_memory ? config->host_memory : env_host;
+    if (o.va_size == 0) {
+        o.va_size = VPMM_DEFAULT_VA_SIZE;
+        o.va_size_src = VPMM_FROM_DEFAULT;
+    }
+    if (o.host_memory == 0)
+        o.host_memory = VPMM_DEFAULT_HOST_MEMORY;
+    *out = o;
+    return VPMM_SUCCESS;
+}
+
+static const char *knob(vpmm_option_source_t src, const char *env, const char *field)
+{
+    return src == VPMM_FROM_ENV ? env : field;
+}
+
+static vpmm_status_t knob_status(vpmm_option_source_t src)
+{
+    return src == VPMM_FROM_ENV ? VPMM_ERROR_INVALID_ENV : VPMM_ERROR_INVALID_CONFIG;
+}
+
+vpmm_status_t vpmm_i_options_finish(vpmm_options_t *o, size_t granularity)
+{
+    char a[32], b[32];
+    if (o->page_size == 0) {
+        o->page_size = granularity;
+        o->page_size_src = VPMM_FROM_DEFAULT;
+    }
+    if (o->page_size % granularity != 0) {
+        vpmm_i_set_error("%s=%zu: not a multiple of the allocation granularity (%s)",
+                         knob(o->page_size_src, "VPMM_PAGE_SIZE", "config.page_size"), o->page_size,
+                         vpmm_i_format_bytes(granularity, a, sizeof a));
+        return knob_status(o->page_size_src);
+    }
+    /* The default chunk is "about 8 TiB": make it a whole number of pages rather than fail. */
+    if (o->va_size_src == VPMM_FROM_DEFAULT) {
+        size_t va = vpmm_round_up_checked(o->va_size, o->page_size);
+        if (va == 0) {
+            vpmm_i_set_error("%s=%zu: too large for a VA chunk",
+                             knob(o->page_size_src, "VPMM_PAGE_SIZE", "config.page_size"),
+                             o->page_size);
+            return knob_status(o->page_size_src);
+        }
+        o->va_size = va;
+    }
+    if (o->va_size < o->page_size || o->va_size % o->page_size != 0) {
+        vpmm_i_set_error("%s=%zu: must be a positive multiple of the page size (%s)",
+                         knob(o->va_size_src, "VPMM_VA_SIZE", "config.va_size"), o->va_size,
+                         vpmm_i_format_bytes(o->page_size, a, sizeof a));
+        return knob_status(o->va_size_src);
+    }
+    if (o->prealloc_pages > o->va_size / o->page_size) {
+        vpmm_i_set_error("%s=%zu: %zu pages of %s do not fit in one VA chunk of %s",
+                         knob(o->prealloc_src, "VPMM_PAGES", "config.prealloc_pages"),
+                         o->prealloc_pages, o->prealloc_pages,
+                         vpmm_i_format_bytes(o->page_size, a, sizeof a),
+                         vpmm_i_format_bytes(o->va_size, b, sizeof b));
+        return knob_status(o->prealloc_src);
+    }
+    return VPMM_SUCCESS;
+}

@@ -1,0 +1,61 @@
+/*
+ * options.h — resolving a pool's settings from vpmm_config_t and the VPMM_* environment.
+ *
+ * Precedence: a config field set away from its default wins; otherwise the environment variable
+ * (unless config->ignore_env); otherwise the built-in default. Resolution happens in two steps
+ * because the page size can only be checked once the driver has reported its granularity.
+ * Pure functions over their arguments plus getenv(); thread-safe as far as getenv is.
+ */
+#ifndef VPMM_OPTIONS_H
+#define VPMM_OPTIONS_H
+
+#include <stddef.h>
+
+#include "vpmm.h"
+
+#define VPMM_DEFAULT_VA_SIZE     ((size_t)8 << 40) /* 8 TiB: reserving VA costs ~13 us, no memory */
+#define VPMM_DEFAULT_HOST_MEMORY ((size_t)80 << 30) /* an H100's worth */
+
+/* Where each setting came from, so an error can name the knob the user actually touched. */
+typedef enum vpmm_option_source {
+    VPMM_FROM_DEFAULT = 0,
+    VPMM_FROM_CONFIG = 1,
+    VPMM_FROM_ENV = 2,
+} vpmm_option_source_t;
+
+typedef struct vpmm_options {
+    vpmm_backend_t backend;
+    int device;
+    size_t page_size; /* 0 until vpmm_i_options_finish: "use the granularity" */
+    size_t va_size;
+    size_t prealloc_pages;
+    size_t host_memory;
+    vpmm_option_source_t page_size_src, va_size_src, prealloc_src;
+} vpmm_options_t;
+
+/*
+ * Step 1: merge config and environment. Fails with VPMM_ERROR_INVALID_CONFIG for an out-of-range
+ * field and VPMM_ERROR_INVALID_ENV for a malformed variable; vpmm_last_error() names it.
+ */
+vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t *out);
+
+/*
+ * Step 2: with the driver's granularity known, default the page size and check that page size,
+ * VA chunk size and preallocation agree. Errors name the setting and where it came from.
+ */
+vpmm_status_t vpmm_i_options_finish(vpmm_options_t *o, size_t granularity);
+
+/*
+ * Parses a byte size: decimal digits with an optional K, M, G or T suffix (either case; powers of
+ * 1024). No sign, space, fraction or trailing text. Returns 0 and sets *out, or -1 if malformed,
+ * -2 if it overflows size_t.
+ */
+int vpmm_i_parse_size(const char *text, size_t *out);
+
+/* Parses a plain decimal count (no suffix). Same return convention as vpmm_i_parse_size. */
+int vpmm_i_parse_count(const char *text, size_t *out);
+
+/* "2 MiB", "8 TiB", "1536 B": a short human form of a byte count, written into buf. */
+const char *vpmm_i_format_bytes(size_t bytes, char *buf, size_t len);
+
+#endif /* VPMM_OPTIONS_H */

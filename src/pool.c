@@ -1,0 +1,408 @@
+/*
+ * pool.c — the public entry points: create, destroy, malloc, free, stream release.
+ *
+ * vpmm_malloc runs the phases of docs/ALGORITHM.md in order and stops at the first that finds room:
+ *   1a  best fit among memory the stream can use without waiting (its own frees, ready memory);
+ *       this is the hot path: two tree lookups, a split, a hash insert; no driver call but one
+ *       capture-status query;
+ *    0  (slow path from here) unmap zombies whose GPU work is done;
+ *   1b  poll other streams' markers (recording one where frees are unmarked), retry 1a;
+ *   1c  best fit among other streams' pending memory, with a GPU-side wait;
+ *    2  defragment / grow: map pages into a hole (policy.c decides, defrag.c executes).
+ * Every public call takes the pool lock for its whole duration (thread-safe, one at a time).
+ * Invariants (pool.h) are checked by vpmm_pool_check (check.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver_host.h"
+#include "pool.h"
+
+void vpmm_i_lock(const vpmm_pool_t *p)
+{
+    pthread_mutex_lock(&((vpmm_pool_t *)p)->lock);
+}
+
+void vpmm_i_unlock(const vpmm_pool_t *p)
+{
+    pthread_mutex_unlock(&((vpmm_pool_t *)p)->lock);
+}
+
+vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r)
+{
+    if (VPMM_LIKELY(r == VPMM_DRV_OK))
+        return VPMM_SUCCESS;
+    p->drv_code = p->drv->last_code;
+    p->drv_call = p->drv->last_call;
+    vpmm_i_set_error("%s failed (driver error %d)", p->drv_call ? p->drv_call : "driver call",
+                     p->drv_code);
+    return vpmm_i_status_from_dres(r);
+}
+
+/* ---- creation ---------------------------------------------------------------------------- */
+
+/* Maps VPMM_PAGES pages at the start of the first chunk as one ready free region. */
+static vpmm_status_t preallocate(vpmm_pool_t *p, size_t n)
+{
+    vpmm_chunk_t *c = p->chunks;
+    vpmm_phys_t **pages;
+    vpmm_region_t *r;
+    vpmm_status_t st;
+
+    pages = malloc(n * sizeof *pages);
+    if (pages == NULL || vpmm_hmap_reserve(&p->maps, n) != 0) {
+        free(pages);
+        vpmm_i_set_error("out of host memory for %zu preallocated pages", n);
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    VPMM_CHECK_GOTO(st, vpmm_i_region_reserve(p, 2), out);
+    VPMM_CHECK_GOTO(st, vpmm_i_pages_create(p, n, pages), out);
+    st = vpmm_i_pages_map(p, c->base, pages, n);
+    if (st != VPMM_SUCCESS) {
+        vpmm_i_pages_destroy(p, pages, n);
+        goto out;
+    }
+    r = vpmm_i_hole_carve(p, c->first, c->base, n * p->page_size);
+    for (size_t i = 0; i < n; i++)
+        vpmm_i_phys_link(p, pages[i], c->base + i * p->page_size);
+    vpmm_i_region_set_free(p, r, NULL); /* never used: ready for every stream */
+    vpmm_i_index_add(p, r);
+    p->c.pages_created += n;
+    vpmm_i_note_peaks(p);
+out:
+    free(pages);
+    return st;
+}
+
+static void pool_free_host(vpmm_pool_t *p)
+{
+    vpmm_phys_t *ph = p->phys_head;
+    vpmm_chunk_t *c = p->chunks;
+    while (ph) {
+        vpmm_phys_t *next = ph->next;
+        free(ph);
+        ph = next;
+    }
+    while (c) {
+        vpmm_chunk_t *next = c->next;
+        free(c);
+        c = next;
+    }
+    vpmm_hmap_fini(&p->allocs);
+    vpmm_hmap_fini(&p->maps);
+    vpmm_i_region_slabs_free(p);
+    pthread_mutex_destroy(&p->lock);
+    if (p->owns_drv)
+        p->drv->close(p->drv);
+    free(p);
+}
+
+/*
+ * Returns every driver resource; each call gets a second try (a transient failure should not
+ * leak), and the first lasting failure is reported. Host bookkeeping is freed regardless.
+ */
+#define TWICE(call) ((call) == VPMM_DRV_OK || (call) == VPMM_DRV_OK)
+
+static vpmm_status_t pool_teardown(vpmm_pool_t *p)
+{
+    vpmm_driver_t *d = p->drv;
+    vpmm_status_t first = VPMM_SUCCESS;
+#define NOTE(ok)                                                                                   \
+    do {                                                                                           \
+        if (!(ok) && first == VPMM_SUCCESS)                                                        \
+            first = vpmm_i_drv_status(p, VPMM_DRV_ERROR);                                          \
+    } while (0)
+
+    if (p->phys_count > 0 || p->zombie_head != NULL)
+        NOTE(TWICE(d->synchronize(d))); /* nothing may still use the memory */
+    for (vpmm_region_t *z = p->zombie_head; z; z = z->qnext)
+        for (size_t off = 0; off < z->size; off += p->page_size)
+            NOTE(TWICE(d->mem_unmap(d, z->addr + off, p->page_size)));
+    for (vpmm_phys_t *ph = p->phys_head; ph; ph = ph->next) {
+        NOTE(TWICE(d->mem_unmap(d, ph->va, ph->size)));
+        NOTE(TWICE(d->mem_release(d, ph->handle)));
+    }
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next)
+        NOTE(TWICE(d->va_free(d, c->base, c->size)));
+    NOTE(vpmm_i_stream_fini_all(p) == VPMM_SUCCESS);
+#undef NOTE
+    return first;
+}
+
+vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
+                                    vpmm_pool_t **out)
+{
+    vpmm_pool_t *p;
+    vpmm_chunk_t *c;
+    vpmm_status_t st;
+    size_t gran;
+
+    st = vpmm_i_status_from_dres(drv->granularity(drv, &gran));
+    if (st != VPMM_SUCCESS) {
+        vpmm_i_set_error("%s failed (driver error %d)", drv->last_call ? drv->last_call : "?",
+                         drv->last_code);
+        goto fail_drv;
+    }
+    p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        vpmm_i_set_error("out of host memory for the pool");
+        goto fail_drv;
+    }
+    p->drv = drv;
+    p->owns_drv = owns_drv;
+    p->opt = *opt;
+    p->granularity = gran;
+    pthread_mutex_init(&p->lock, NULL);
+    vpmm_rb_init(&p->holes);
+    vpmm_rb_init(&p->ready);
+    if (vpmm_hmap_init(&p->allocs, 1024) != 0 || vpmm_hmap_init(&p->maps, 1024) != 0) {
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        vpmm_i_set_error("out of host memory for the pool's tables");
+        goto fail_pool;
+    }
+    VPMM_CHECK_GOTO(st, vpmm_i_options_finish(&p->opt, gran), fail_pool);
+    p->page_size = p->opt.page_size;
+    VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &c), fail_pool);
+    if (p->opt.prealloc_pages > 0)
+        VPMM_CHECK_GOTO(st, preallocate(p, p->opt.prealloc_pages), fail_teardown);
+    *out = p;
+    return VPMM_SUCCESS;
+
+fail_teardown:
+    pool_teardown(p);
+fail_pool:
+    pool_free_host(p);
+    return st;
+fail_drv:
+    if (owns_drv)
+        drv->close(drv);
+    return st;
+}
+
+static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
+{
+    vpmm_host_options_t host = { 0, opt->host_memory };
+    vpmm_dres_t r;
+    vpmm_backend_t b = opt->backend;
+
+    if (b == VPMM_BACKEND_AUTO)
+        b = vpmm_driver_cuda_device_count() > 0 ? VPMM_BACKEND_CUDA : VPMM_BACKEND_HOST;
+    if (b == VPMM_BACKEND_HOST) {
+        r = vpmm_host_open(&host, out);
+        if (r != VPMM_DRV_OK)
+            vpmm_i_set_error("the host backend could not start (error %d)", (int)r);
+        return vpmm_i_status_from_dres(r);
+    }
+    r = vpmm_driver_cuda_open(opt->device, out);
+    if (r == VPMM_DRV_NO_DEVICE)
+        vpmm_i_set_error("no CUDA device (no driver, no device, or device %d absent)", opt->device);
+    else if (r == VPMM_DRV_NOT_SUPPORTED)
+        vpmm_i_set_error("the CUDA device does not support virtual memory management");
+    else if (r != VPMM_DRV_OK)
+        vpmm_i_set_error("the CUDA backend could not start (error %d)", (int)r);
+    return vpmm_i_status_from_dres(r);
+}
+
+vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_pool)
+{
+    vpmm_options_t opt;
+    vpmm_driver_t *drv;
+    if (out_pool == NULL) {
+        vpmm_i_set_error("vpmm_pool_create: out_pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out_pool = NULL;
+    VPMM_CHECK(vpmm_i_options_resolve(config, &opt));
+    VPMM_CHECK(open_driver(&opt, &drv));
+    return vpmm_i_pool_create_on(&opt, drv, 1, out_pool);
+}
+
+vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
+{
+    vpmm_status_t st;
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_pool_destroy: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    if (pool->c.live_allocs > 0) {
+        vpmm_i_set_error("vpmm_pool_destroy: %llu allocations are still live",
+                         (unsigned long long)pool->c.live_allocs);
+        vpmm_i_unlock(pool);
+        return VPMM_ERROR_POOL_BUSY;
+    }
+    st = pool_teardown(pool);
+    vpmm_i_unlock(pool);
+    pool_free_host(pool);
+    return st;
+}
+
+/* ---- malloc / free ------------------------------------------------------------------------- */
+
+/* Takes `rsize` bytes from the start of FREE region r for stream s. */
+static vpmm_region_t *allocate_from(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s, size_t rsize,
+                                    size_t requested)
+{
+    vpmm_i_index_del(p, r);
+    if (r->size > rsize) {
+        vpmm_region_t *rest = vpmm_i_region_split(p, r, r->addr + rsize);
+        vpmm_i_index_add(p, rest); /* same owner and state; its neighbours were not mergeable */
+    }
+    r->state = VPMM_REGION_ALLOCATED;
+    r->ready = 0;
+    r->stream = s;
+    r->seq = 0;
+    r->requested = requested;
+    vpmm_i_index_add(p, r);
+    return r;
+}
+
+/* Phases 0, 1b, 1c and 2. */
+static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out)
+{
+    vpmm_plan_t plan;
+    vpmm_region_t *r;
+    vpmm_status_t st;
+
+    vpmm_i_reclaim_zombies(p);
+    vpmm_i_stream_poll_all(p, s);
+    r = vpmm_i_fit_nowait(p, s, rsize);
+    if (r != NULL) {
+        *out = r;
+        return VPMM_SUCCESS;
+    }
+    r = vpmm_i_fit_wait(p, s, rsize);
+    if (r != NULL && vpmm_i_stream_mark(p, r->stream, r->seq) == VPMM_SUCCESS &&
+        vpmm_i_drv_status(p, p->drv->stream_wait_event(p->drv, s->handle,
+                                                       vpmm_i_stream_marker(r->stream, r->seq))) ==
+            VPMM_SUCCESS) {
+        p->c.cross_stream_waits++;
+        *out = r;
+        return VPMM_SUCCESS;
+    }
+    memset(&plan, 0, sizeof plan);
+    VPMM_CHECK(vpmm_i_plan_make(p, s, rsize, &plan));
+    st = vpmm_i_defrag(p, s, &plan, out);
+    vpmm_i_plan_fini(&plan);
+    return st;
+}
+
+vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
+{
+    vpmm_capture_status_t cap;
+    vpmm_region_t *r;
+    vpmm_strm_t *s;
+    vpmm_status_t st;
+    uint64_t capture_id;
+    size_t rsize;
+
+    if (out_ptr == NULL || pool == NULL) {
+        vpmm_i_set_error("vpmm_malloc: %s is NULL", pool == NULL ? "pool" : "out_ptr");
+        if (out_ptr != NULL)
+            *out_ptr = NULL;
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out_ptr = NULL;
+    if (size == 0) {
+        vpmm_i_set_error("vpmm_malloc: size is 0");
+        return VPMM_ERROR_INVALID_SIZE;
+    }
+    rsize = vpmm_round_up_checked(size, VPMM_ALIGNMENT);
+    if (rsize == 0 || rsize > pool->opt.va_size) {
+        vpmm_i_set_error("vpmm_malloc: %zu bytes exceed the VA chunk size (%zu)", size,
+                         pool->opt.va_size);
+        return VPMM_ERROR_SIZE_TOO_LARGE;
+    }
+
+    vpmm_i_lock(pool);
+    st = vpmm_i_drv_status(pool, pool->drv->capture_info(pool->drv, stream, &cap, &capture_id));
+    if (VPMM_UNLIKELY(st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE)) {
+        vpmm_i_set_error("vpmm_malloc: stream %p is being captured (capture %llu)", (void *)stream,
+                         (unsigned long long)capture_id);
+        st = VPMM_ERROR_STREAM_CAPTURING;
+    }
+    if (st != VPMM_SUCCESS)
+        goto out;
+    s = vpmm_i_stream_get(pool, stream);
+    if (s == NULL || vpmm_i_region_reserve(pool, 4) != VPMM_SUCCESS ||
+        vpmm_hmap_reserve(&pool->allocs, 1) != 0) {
+        vpmm_i_set_error("vpmm_malloc: out of host memory for bookkeeping");
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        goto out;
+    }
+    r = vpmm_i_fit_nowait(pool, s, rsize);
+    if (VPMM_UNLIKELY(r == NULL)) {
+        st = malloc_slow(pool, s, rsize, &r);
+        if (st != VPMM_SUCCESS) {
+            pool->c.ooms += st == VPMM_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+    }
+    r = allocate_from(pool, r, s, rsize, size);
+    pool->c.mallocs++;
+    vpmm_i_note_peaks(pool);
+    *out_ptr = (void *)r->addr;
+out:
+    vpmm_i_unlock(pool);
+    return st;
+}
+
+static vpmm_status_t bad_pointer(vpmm_pool_t *p, void *ptr)
+{
+    vpmm_region_t *r = vpmm_i_region_find(p, (uintptr_t)ptr);
+    if (r == NULL) {
+        vpmm_i_set_error("vpmm_free: %p is not inside this pool", ptr);
+        return VPMM_ERROR_FOREIGN_POINTER;
+    }
+    if (r->state == VPMM_REGION_ALLOCATED) {
+        vpmm_i_set_error("vpmm_free: %p is %zu bytes into the allocation at %p", ptr,
+                         (size_t)((uintptr_t)ptr - r->addr), (void *)r->addr);
+        return VPMM_ERROR_INTERIOR_POINTER;
+    }
+    vpmm_i_set_error("vpmm_free: %p is not allocated (double free?)", ptr);
+    return VPMM_ERROR_DOUBLE_FREE;
+}
+
+vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
+{
+    vpmm_region_t *r;
+    vpmm_status_t st = VPMM_SUCCESS;
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_free: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (ptr == NULL)
+        return VPMM_SUCCESS;
+    vpmm_i_lock(pool);
+    r = vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr);
+    if (VPMM_UNLIKELY(r == NULL)) {
+        st = bad_pointer(pool, ptr);
+        goto out;
+    }
+    vpmm_i_index_del(pool, r);
+    vpmm_i_region_set_free(pool, r, r->stream);
+    vpmm_i_index_add(pool, r);
+    vpmm_i_region_coalesce(pool, r);
+    pool->c.frees++;
+out:
+    vpmm_i_unlock(pool);
+    return st;
+}
+
+vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
+{
+    vpmm_strm_t *s;
+    vpmm_status_t st = VPMM_SUCCESS;
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_stream_release: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    for (s = pool->streams; s && s->handle != stream; s = s->next)
+        ;
+    if (s != NULL)
+        st = vpmm_i_stream_retire(pool, s);
+    vpmm_i_unlock(pool);
+    return st;
+}

@@ -1,0 +1,326 @@
+/*
+ * pool.h — the core pool's data model, shared by the core files (region, stream, pages, va,
+ * policy, defrag, pool, stats, check). Nothing outside src/ includes it; graph/ and checkpoint/
+ * will get a narrower header of their own.
+ *
+ * Terms (docs/ALGORITHM.md has pictures). A *chunk* is one VA reservation. It is tiled by
+ * *regions*, each in one state: ALLOCATED, FREE (mapped, reusable), HOLE (nothing mapped) or
+ * ZOMBIE (the old address of pages that were remapped elsewhere, still mapped until the GPU is done
+ * with it). A *phys* is one physical allocation (driver handle) of one page; it is mapped at
+ * exactly one live address, plus any number of zombie addresses.
+ *
+ * A FREE region is either *ready* (any stream may reuse it without waiting: fresh memory, or its
+ * freeing stream's work is known complete) or *pending* on the stream that freed it. Completion is
+ * tracked with per-stream *markers*: events recorded lazily (never per free). A pending region
+ * freed when its stream had recorded `e` markers carries seq = e; it is complete once marker e is,
+ * i.e. once stream->completed > e.
+ *
+ * Invariants (checked by vpmm_pool_check, check.c, after every mutation in the tests):
+ *  I1  Tiling: per chunk, regions are address-sorted, contiguous and cover [base, base+size).
+ *  I2  HOLE and ZOMBIE regions start and end on page boundaries (so a page is never split between
+ *      mapped and unmapped VA; ALLOCATED and FREE regions may share pages with each other).
+ *  I3  Mapping: every page overlapping an ALLOCATED or FREE region has a live mapping
+ *      (maps[page] = phys with phys->va == page); every ZOMBIE page has a zombie mapping
+ *      (maps[page] = phys with phys->va != page); HOLE pages have none; maps has nothing else.
+ *  I4  Physical: mapped_bytes = Σ phys->size = Σ ALLOCATED sizes + Σ FREE sizes, each phys is
+ *      mapped live exactly once, and phys->zombie_maps = its zombie mappings.
+ *  I5  Accounting: allocated + free + hole + zombie bytes = reserved_va_bytes = Σ chunk sizes,
+ *      each byte counter equal to the sum over regions in that state.
+ *  I6  Coalescing: no two adjacent HOLEs; no two adjacent FREE regions that are both ready or
+ *      both pending on the same stream.
+ *  I7  Indexes: ALLOCATED regions are exactly the entries of allocs (by address); ready FREE
+ *      regions exactly the ready tree; pending FREE regions exactly their stream's free_tree and,
+ *      in nondecreasing seq order, its pending list; HOLEs exactly the holes tree; ZOMBIEs exactly
+ *      the zombie list; every tree is a valid red-black tree keyed (size, addr).
+ *  I8  Markers: completed <= recorded for every stream; a pending region has
+ *      completed <= seq <= recorded; a stream is `dirty` iff some pending region has seq ==
+ * recorded.
+ */
+#ifndef VPMM_POOL_H
+#define VPMM_POOL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "driver.h"
+#include "hashmap.h"
+#include "options.h"
+#include "rbtree.h"
+#include "status.h"
+#include "util.h"
+#include "vpmm.h"
+
+typedef struct vpmm_chunk vpmm_chunk_t;
+typedef struct vpmm_region vpmm_region_t;
+typedef struct vpmm_strm vpmm_strm_t;
+typedef struct vpmm_phys vpmm_phys_t;
+
+/* One VA reservation. */
+struct vpmm_chunk {
+    uintptr_t base;
+    size_t size;
+    unsigned index;       /* reservation order, for dumps */
+    vpmm_region_t *first; /* lowest region */
+    vpmm_chunk_t *next;
+};
+
+struct vpmm_region {
+    uintptr_t addr;
+    size_t size;
+    vpmm_region_t *prev, *next; /* address neighbours inside the chunk */
+    vpmm_chunk_t *chunk;
+    vpmm_region_state_t state;
+    int ready;                    /* FREE only: in the pool's ready tree */
+    vpmm_rb_node_t node;          /* FREE: ready tree or stream free_tree; HOLE: holes tree */
+    vpmm_region_t *qprev, *qnext; /* pending FREE: stream pending list; ZOMBIE: zombie list */
+    vpmm_strm_t *stream;          /* ALLOCATED: allocating stream; pending FREE: freeing stream;
+                                     ZOMBIE: stream whose marker guards it (NULL: already safe) */
+    uint64_t seq;                 /* pending FREE and ZOMBIE: the marker that covers it */
+    size_t requested;             /* ALLOCATED: the caller's size */
+    uint64_t age;                 /* FREE: pool->clock when freed (oldest-first harvesting) */
+};
+
+/* What the pool knows about one application stream. */
+struct vpmm_strm {
+    vpmm_stream_t handle;
+    vpmm_rbtree_t free_tree; /* pending FREE regions of this stream, keyed (size, addr) */
+    vpmm_region_t *pend_head, *pend_tail; /* the same regions in seq order */
+    size_t pending_bytes;
+    /* Markers [completed, recorded) are in flight; marker i lives in ring[i % ring_cap]. */
+    vpmm_drv_event_t *ring;
+    size_t ring_cap;
+    uint64_t recorded, completed;
+    size_t dirty_regions; /* pending regions with seq == recorded (need a marker not yet taken) */
+    size_t refs;          /* regions pointing here (ALLOCATED, pending FREE, ZOMBIE) */
+    int retired;          /* vpmm_stream_release was called: no new markers, freed once refs==0 */
+    vpmm_strm_t *next;
+};
+
+/* One physical allocation of one page. */
+struct vpmm_phys {
+    vpmm_drv_handle_t handle;
+    size_t size;
+    uintptr_t va;       /* its live address */
+    size_t zombie_maps; /* further (zombie) mappings still in place */
+    vpmm_phys_t *prev, *next;
+};
+
+/* Counters behind vpmm_stats_t that are not derived from the region lists. */
+typedef struct vpmm_counters {
+    size_t live_bytes, allocated_bytes, peak_live_bytes;
+    size_t mapped_bytes, peak_mapped_bytes;
+    size_t free_bytes, hole_bytes, zombie_bytes, reserved_va_bytes;
+    uint64_t live_allocs, mallocs, frees, defrags, pages_remapped, pages_created;
+    uint64_t pages_released, grows, ooms, cross_stream_waits;
+} vpmm_counters_t;
+
+struct vpmm_pool {
+    pthread_mutex_t lock;
+    vpmm_driver_t *drv;
+    int owns_drv;
+    vpmm_options_t opt;
+    size_t page_size;
+    size_t granularity;
+
+    vpmm_chunk_t *chunks;
+    unsigned chunk_count, next_chunk_index;
+    vpmm_rbtree_t holes; /* HOLE regions, keyed (size, addr) */
+    vpmm_rbtree_t ready; /* ready FREE regions, keyed (size, addr) */
+    vpmm_region_t *zombie_head, *zombie_tail;
+    vpmm_hmap_t allocs; /* address -> ALLOCATED region */
+    vpmm_hmap_t maps;   /* page address -> phys (live and zombie mappings) */
+    vpmm_phys_t *phys_head;
+    size_t phys_count;
+
+    vpmm_strm_t *streams;     /* live (not retired) streams */
+    vpmm_strm_t *retired;     /* retired streams still referenced */
+    vpmm_strm_t *last_stream; /* lookup cache for the hot path */
+    size_t stream_count;
+
+    vpmm_drv_event_t *idle_events; /* created events not in any ring, reused for markers */
+    size_t idle_count, idle_cap;
+
+    vpmm_region_t *spare; /* free list of region nodes */
+    size_t spare_count;
+    void **slabs; /* blocks of region nodes, freed at destroy */
+    size_t slab_count, slab_cap;
+
+    uint64_t clock; /* increments on every free */
+    vpmm_counters_t c;
+    int drv_code; /* last failed driver call */
+    const char *drv_call;
+};
+
+/* ---- creation and driver calls (pool.c) ---------------------------------------------------- */
+
+/*
+ * Creates a pool on an already opened driver (tests pass host or fault-injecting drivers this
+ * way). owns_drv: close the driver with the pool (also when creation fails).
+ */
+vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
+                                    vpmm_pool_t **out);
+
+/* Turns a driver result into a status, remembering the raw error and explaining it. */
+vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r);
+
+/* Locks a pool that callers see as const (introspection). */
+void vpmm_i_lock(const vpmm_pool_t *p);
+void vpmm_i_unlock(const vpmm_pool_t *p);
+
+/* ---- regions and indexes (region.c) -------------------------------------------------------- */
+
+/* Makes sure n region nodes can be taken without allocating (so commits cannot fail). */
+vpmm_status_t vpmm_i_region_reserve(vpmm_pool_t *p, size_t n);
+vpmm_region_t *vpmm_i_region_take(vpmm_pool_t *p);
+void vpmm_i_region_give(vpmm_pool_t *p, vpmm_region_t *r);
+void vpmm_i_region_slabs_free(vpmm_pool_t *p);
+
+/* Adds r (state and fields set) to the index and byte counter of its state, or removes it. */
+void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r);
+void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r);
+
+/* Splits an unindexed region at addr; returns the new upper part (linked after r, unindexed). */
+vpmm_region_t *vpmm_i_region_split(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t addr);
+
+/* Merges the unindexed region `next` (r->next) into r and gives its node back. */
+void vpmm_i_region_absorb_next(vpmm_pool_t *p, vpmm_region_t *r);
+
+/* Coalesces an indexed FREE or HOLE region with its neighbours per I6; returns the result. */
+vpmm_region_t *vpmm_i_region_coalesce(vpmm_pool_t *p, vpmm_region_t *r);
+
+/* Whether two adjacent FREE regions must be merged (I6). */
+int vpmm_i_free_mergeable(const vpmm_region_t *a, const vpmm_region_t *b);
+
+/* Region containing addr, or NULL (error paths: linear in the chunk). */
+vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr);
+
+/* Marks an unindexed region FREE: pending on s (seq = its next marker) or ready if s is NULL. */
+void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s);
+
+/* ---- streams and markers (stream.c) -------------------------------------------------------- */
+
+/* The tracked stream for handle, created on first sight; NULL if the host is out of memory. */
+vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle);
+
+/* Makes sure marker `seq` of s is recorded (recording it now if it is the next one). Refuses
+ * (VPMM_ERROR_STREAM_CAPTURING) on a stream being captured: a marker there would be a graph node.
+ */
+vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq);
+
+/* The event of an in-flight marker (completed <= seq < recorded). */
+vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq);
+
+/* Queries s's in-flight markers in order and promotes its completed pending regions to ready. */
+void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s);
+
+/* Records a marker on every live stream other than `except` that has unmarked frees, then polls
+ * every stream (retired ones too) except `except`. */
+void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except);
+
+/* Whether marker seq of s is known complete. */
+static inline int vpmm_i_stream_done(const vpmm_strm_t *s, uint64_t seq)
+{
+    return s->completed > seq;
+}
+
+/* Pending-list and reference bookkeeping used by the index (region.c). */
+void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r);
+void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r);
+void vpmm_i_stream_unref(vpmm_pool_t *p, vpmm_strm_t *s);
+
+/* vpmm_stream_release's work (under the lock). */
+vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s);
+
+/* Destroys every stream's events and frees all stream records (pool destruction). */
+vpmm_status_t vpmm_i_stream_fini_all(vpmm_pool_t *p);
+
+/* An event for a new marker: reused from the idle list or created. */
+vpmm_status_t vpmm_i_event_get(vpmm_pool_t *p, vpmm_drv_event_t *out);
+void vpmm_i_event_put(vpmm_pool_t *p, vpmm_drv_event_t ev);
+
+/* ---- physical pages and mappings (pages.c) ------------------------------------------------- */
+
+/* Creates n pages (phys records not yet linked); all-or-nothing. */
+vpmm_status_t vpmm_i_pages_create(vpmm_pool_t *p, size_t n, vpmm_phys_t **out);
+/* Releases pages created by vpmm_i_pages_create that were never linked. */
+void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n);
+/* Maps pages[i] at va + i*page (then one set_access); undoes everything on failure. */
+vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n);
+/* Undoes vpmm_i_pages_map (unmaps each page at va + i*page). */
+void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, size_t n);
+/* Links new pages into the pool at their live address (maps must have room: hmap_reserve). */
+void vpmm_i_phys_link(vpmm_pool_t *p, vpmm_phys_t *ph, uintptr_t va);
+/* The phys mapped at page address va (live or zombie), or NULL. */
+static inline vpmm_phys_t *vpmm_i_phys_at(const vpmm_pool_t *p, uintptr_t va)
+{
+    return (vpmm_phys_t *)vpmm_hmap_get(&p->maps, va);
+}
+
+/* ---- VA chunks (va.c) ---------------------------------------------------------------------- */
+
+/* Reserves a new chunk of opt.va_size; it becomes one HOLE region. */
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_chunk_t **out);
+/* Gives back one chunk that is a single whole HOLE; if the driver refuses, the chunk stays (empty,
+ * accounted, reusable) and the failure is recorded. */
+vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c);
+/* Gives back chunks that are one whole HOLE, keeping at least `keep` chunks. */
+void vpmm_i_chunk_trim(vpmm_pool_t *p, unsigned keep);
+/* Carves [addr, addr+len) out of an indexed HOLE; returns that piece, unindexed. */
+vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t addr, size_t len);
+
+/* ---- allocation policy (policy.c) ---------------------------------------------------------- */
+
+/* Phase 1a: best fit among regions s may use without waiting (its own pending ones, ready ones). */
+vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+/* Phase 1c: best fit among other streams' pending regions (a GPU-side wait makes them usable). */
+vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+
+/* One run of fully free pages to move: [addr, addr + npages*page) inside FREE region src. */
+typedef struct vpmm_harvest {
+    vpmm_region_t *src;
+    uintptr_t addr;
+    size_t npages;
+} vpmm_harvest_t;
+
+/* Phase 2's decision: where the new span goes and where its pages come from. */
+typedef struct vpmm_plan {
+    vpmm_region_t *hole;  /* the hole pages are mapped into (NULL: reserve a new chunk) */
+    vpmm_region_t *left;  /* usable FREE region ending where the mapped pages start, or NULL */
+    vpmm_region_t *right; /* usable FREE region starting where the mapped pages end, or NULL */
+    uintptr_t map_at;     /* first page address to map at (valid once the hole is known) */
+    size_t npages;        /* pages mapped into the hole */
+    size_t nnew;          /* of which created fresh */
+    vpmm_harvest_t *runs; /* the rest, moved from free regions (npages - nnew pages in all) */
+    size_t nruns, runs_cap;
+} vpmm_plan_t;
+
+void vpmm_i_plan_fini(vpmm_plan_t *plan);
+/* Chooses the span (fewest pages to map) and the harvest (caller's stream, then ready memory,
+ * then other streams oldest first). */
+vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan);
+/* Where to map when the plan's hole is a fresh chunk. */
+void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole);
+
+/* ---- phase 0 and phase 2 (defrag.c) -------------------------------------------------------- */
+
+/* Phase 0: unmaps zombies whose marker completed; their VA becomes holes. */
+void vpmm_i_reclaim_zombies(vpmm_pool_t *p);
+/* Phase 2: executes a plan, transactionally; *out_span is a FREE region of s with >= size bytes. */
+vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
+                            vpmm_region_t **out_span);
+
+/* ---- stats (stats.c) ------------------------------------------------------------------------ */
+
+static inline void vpmm_i_note_peaks(vpmm_pool_t *p)
+{
+    if (p->c.live_bytes > p->c.peak_live_bytes)
+        p->c.peak_live_bytes = p->c.live_bytes;
+    if (p->c.mapped_bytes > p->c.peak_mapped_bytes)
+        p->c.peak_mapped_bytes = p->c.mapped_bytes;
+}
+
+/* Fills a public region description. */
+void vpmm_i_region_info(const vpmm_region_t *r, vpmm_region_info_t *out);
+
+#endif /* VPMM_POOL_H */

@@ -1,0 +1,285 @@
+/*
+ * region.c — region nodes, the per-state indexes, split/merge and coalescing.
+ *
+ * A region is "indexed" when it sits in the structure its state calls for (I7 in pool.h) and its
+ * bytes are counted in the matching counter (I5). Every state change goes through
+ * vpmm_i_index_del → change fields → vpmm_i_index_add, so the indexes and the byte counters can
+ * never drift apart. Split and merge work on unindexed regions only.
+ *
+ * Nodes come from a free list refilled in slabs; vpmm_i_region_reserve is called before any driver
+ * work so that committing a successful driver sequence never needs memory (transactional
+ * failures). Called under the pool lock. Invariants are checked in check.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+#define REGION_SLAB 256
+
+vpmm_status_t vpmm_i_region_reserve(vpmm_pool_t *p, size_t n)
+{
+    while (p->spare_count < n) {
+        vpmm_region_t *slab;
+        if (p->slab_count == p->slab_cap) {
+            size_t cap = p->slab_cap ? p->slab_cap * 2 : 16;
+            void **s = realloc(p->slabs, cap * sizeof *s);
+            if (s == NULL)
+                goto oom;
+            p->slabs = s;
+            p->slab_cap = cap;
+        }
+        slab = calloc(REGION_SLAB, sizeof *slab);
+        if (slab == NULL)
+            goto oom;
+        p->slabs[p->slab_count++] = slab;
+        for (size_t i = 0; i < REGION_SLAB; i++)
+            vpmm_i_region_give(p, &slab[i]);
+    }
+    return VPMM_SUCCESS;
+oom:
+    vpmm_i_set_error("out of host memory for region bookkeeping");
+    return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+}
+
+vpmm_region_t *vpmm_i_region_take(vpmm_pool_t *p)
+{
+    vpmm_region_t *r = p->spare;
+    p->spare = r->next;
+    p->spare_count--;
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+void vpmm_i_region_give(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    r->next = p->spare;
+    p->spare = r;
+    p->spare_count++;
+}
+
+void vpmm_i_region_slabs_free(vpmm_pool_t *p)
+{
+    for (size_t i = 0; i < p->slab_count; i++)
+        free(p->slabs[i]);
+    free(p->slabs);
+    p->slabs = NULL;
+    p->slab_count = p->slab_cap = 0;
+    p->spare = NULL;
+    p->spare_count = 0;
+}
+
+static void tree_add(vpmm_rbtree_t *t, vpmm_region_t *r)
+{
+    r->node.k1 = r->size;
+    r->node.k2 = r->addr;
+    vpmm_rb_insert(t, &r->node);
+}
+
+static void zombie_append(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    r->qnext = NULL;
+    r->qprev = p->zombie_tail;
+    if (p->zombie_tail)
+        p->zombie_tail->qnext = r;
+    else
+        p->zombie_head = r;
+    p->zombie_tail = r;
+}
+
+static void zombie_unlink(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    if (r->qprev)
+        r->qprev->qnext = r->qnext;
+    else
+        p->zombie_head = r->qnext;
+    if (r->qnext)
+        r->qnext->qprev = r->qprev;
+    else
+        p->zombie_tail = r->qprev;
+    r->qprev = r->qnext = NULL;
+}
+
+void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    switch (r->state) {
+    case VPMM_REGION_ALLOCATED:
+        /* Cannot fail: callers reserve room in allocs before committing. */
+        vpmm_hmap_put(&p->allocs, r->addr, r);
+        p->c.allocated_bytes += r->size;
+        p->c.live_bytes += r->requested;
+        p->c.live_allocs++;
+        r->stream->refs++;
+        break;
+    case VPMM_REGION_FREE:
+        p->c.free_bytes += r->size;
+        if (r->ready) {
+            tree_add(&p->ready, r);
+        } else {
+            vpmm_strm_t *s = r->stream;
+            tree_add(&s->free_tree, r);
+            vpmm_i_stream_pending_add(s, r);
+            s->pending_bytes += r->size;
+            s->refs++;
+            if (r->seq == s->recorded)
+                s->dirty_regions++;
+        }
+        break;
+    case VPMM_REGION_HOLE:
+        tree_add(&p->holes, r);
+        p->c.hole_bytes += r->size;
+        break;
+    case VPMM_REGION_ZOMBIE:
+        zombie_append(p, r);
+        p->c.zombie_bytes += r->size;
+        if (r->stream)
+            r->stream->refs++;
+        break;
+    }
+}
+
+void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    switch (r->state) {
+    case VPMM_REGION_ALLOCATED:
+        vpmm_hmap_remove(&p->allocs, r->addr);
+        p->c.allocated_bytes -= r->size;
+        p->c.live_bytes -= r->requested;
+        p->c.live_allocs--;
+        r->stream->refs--;
+        break;
+    case VPMM_REGION_FREE:
+        p->c.free_bytes -= r->size;
+        if (r->ready) {
+            vpmm_rb_remove(&p->ready, &r->node);
+        } else {
+            vpmm_strm_t *s = r->stream;
+            vpmm_rb_remove(&s->free_tree, &r->node);
+            vpmm_i_stream_pending_del(s, r);
+            s->pending_bytes -= r->size;
+            s->refs--;
+            if (r->seq == s->recorded)
+                s->dirty_regions--;
+        }
+        break;
+    case VPMM_REGION_HOLE:
+        vpmm_rb_remove(&p->holes, &r->node);
+        p->c.hole_bytes -= r->size;
+        break;
+    case VPMM_REGION_ZOMBIE:
+        zombie_unlink(p, r);
+        p->c.zombie_bytes -= r->size;
+        if (r->stream)
+            r->stream->refs--;
+        break;
+    }
+}
+
+/*
+ * Split an unindexed region at addr:
+ *
+ *     r: [addr0 ........................ end)
+ *  => r: [addr0 ...... addr)  n: [addr ... end)
+ *
+ * n inherits every attribute; the caller indexes both.
+ */
+vpmm_region_t *vpmm_i_region_split(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t addr)
+{
+    vpmm_region_t *n = vpmm_i_region_take(p);
+    *n = *r;
+    memset(&n->node, 0, sizeof n->node);
+    n->qprev = n->qnext = NULL;
+    n->addr = addr;
+    n->size = r->addr + r->size - addr;
+    r->size = addr - r->addr;
+    n->prev = r;
+    n->next = r->next;
+    if (r->next)
+        r->next->prev = n;
+    r->next = n;
+    return n;
+}
+
+void vpmm_i_region_absorb_next(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    vpmm_region_t *n = r->next;
+    r->size += n->size;
+    r->next = n->next;
+    if (n->next)
+        n->next->prev = r;
+    vpmm_i_region_give(p, n);
+}
+
+int vpmm_i_free_mergeable(const vpmm_region_t *a, const vpmm_region_t *b)
+{
+    if (a->state != VPMM_REGION_FREE || b->state != VPMM_REGION_FREE)
+        return 0;
+    if (a->ready || b->ready)
+        return a->ready && b->ready;
+    return a->stream == b->stream;
+}
+
+static int mergeable(const vpmm_region_t *a, const vpmm_region_t *b)
+{
+    if (a->state == VPMM_REGION_HOLE)
+        return b->state == VPMM_REGION_HOLE;
+    return vpmm_i_free_mergeable(a, b);
+}
+
+/*
+ * Merge two indexed neighbours a (lower) and b (upper) into a:
+ *
+ *     a: [......)  b: [......)   =>   a: [..............)
+ *
+ * A pending result keeps the later marker (covers the work of both) and the younger age.
+ */
+static vpmm_region_t *merge(vpmm_pool_t *p, vpmm_region_t *a, vpmm_region_t *b)
+{
+    vpmm_i_index_del(p, a);
+    vpmm_i_index_del(p, b);
+    if (a->state == VPMM_REGION_FREE && !a->ready) {
+        a->seq = VPMM_MAX(a->seq, b->seq);
+        a->age = VPMM_MAX(a->age, b->age);
+    }
+    vpmm_i_region_absorb_next(p, a);
+    vpmm_i_index_add(p, a);
+    return a;
+}
+
+vpmm_region_t *vpmm_i_region_coalesce(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    if (r->prev && mergeable(r->prev, r))
+        r = merge(p, r->prev, r);
+    if (r->next && mergeable(r, r->next))
+        r = merge(p, r, r->next);
+    return r;
+}
+
+void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s)
+{
+    r->state = VPMM_REGION_FREE;
+    r->requested = 0;
+    r->age = ++p->clock;
+    if (s == NULL || (s->retired && s->completed >= s->recorded)) {
+        r->ready = 1;
+        r->stream = NULL;
+        r->seq = 0;
+        return;
+    }
+    r->ready = 0;
+    r->stream = s;
+    /* A retired stream takes no new markers; its final one covers all its work. */
+    r->seq = s->retired ? s->recorded - 1 : s->recorded;
+}
+
+vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr)
+{
+    for (const vpmm_chunk_t *c = p->chunks; c; c = c->next) {
+        if (addr < c->base || addr - c->base >= c->size)
+            continue;
+        for (vpmm_region_t *r = c->first; r; r = r->next)
+            if (addr >= r->addr && addr - r->addr < r->size)
+                return r;
+    }
+    return NULL;
+}

@@ -1,0 +1,177 @@
+/*
+ * stats.c — statistics, the region walk and the human-readable dump.
+ *
+ * Byte counters are maintained incrementally by the index (region.c) and pages (pages.c), so
+ * reading them is O(1); the walk and the dump visit every region in address order. All functions
+ * take the pool lock. The counters are cross-checked against the regions in check.c (I4, I5).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "pool.h"
+
+vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
+{
+    const vpmm_counters_t *c;
+    if (pool == NULL || out == NULL) {
+        vpmm_i_set_error("vpmm_get_stats: %s is NULL", pool == NULL ? "pool" : "out_stats");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    c = &pool->c;
+    *out = (vpmm_stats_t){
+        .live_bytes = c->live_bytes,
+        .allocated_bytes = c->allocated_bytes,
+        .peak_live_bytes = c->peak_live_bytes,
+        .mapped_bytes = c->mapped_bytes,
+        .peak_mapped_bytes = c->peak_mapped_bytes,
+        .free_bytes = c->free_bytes,
+        .hole_bytes = c->hole_bytes,
+        .zombie_bytes = c->zombie_bytes,
+        .reserved_va_bytes = c->reserved_va_bytes,
+        .page_size = pool->page_size,
+        .live_allocs = c->live_allocs,
+        .mallocs = c->mallocs,
+        .frees = c->frees,
+        .defrags = c->defrags,
+        .pages_remapped = c->pages_remapped,
+        .pages_created = c->pages_created,
+        .pages_released = c->pages_released,
+        .grows = c->grows,
+        .ooms = c->ooms,
+        .cross_stream_waits = c->cross_stream_waits,
+        .va_chunks = pool->chunk_count,
+        .streams = pool->stream_count,
+    };
+    vpmm_i_unlock(pool);
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_reset_peak_stats(vpmm_pool_t *pool)
+{
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_reset_peak_stats: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    pool->c.peak_live_bytes = pool->c.live_bytes;
+    pool->c.peak_mapped_bytes = pool->c.mapped_bytes;
+    vpmm_i_unlock(pool);
+    return VPMM_SUCCESS;
+}
+
+void vpmm_i_region_info(const vpmm_region_t *r, vpmm_region_info_t *out)
+{
+    *out = (vpmm_region_info_t){
+        .addr = r->addr,
+        .size = r->size,
+        .state = r->state,
+        .stream = r->stream && r->state != VPMM_REGION_ZOMBIE ? r->stream->handle : NULL,
+        .ready = r->state == VPMM_REGION_FREE && r->ready,
+        .requested = r->state == VPMM_REGION_ALLOCATED ? r->requested : 0,
+        .chunk = r->chunk->index,
+        .chunk_base = r->chunk->base,
+    };
+}
+
+vpmm_status_t vpmm_pool_walk(const vpmm_pool_t *pool, vpmm_region_visitor_t visit, void *user)
+{
+    if (pool == NULL || visit == NULL) {
+        vpmm_i_set_error("vpmm_pool_walk: %s is NULL", pool == NULL ? "pool" : "visit");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    for (const vpmm_chunk_t *c = pool->chunks; c; c = c->next) {
+        for (const vpmm_region_t *r = c->first; r; r = r->next) {
+            vpmm_region_info_t info;
+            vpmm_i_region_info(r, &info);
+            if (visit(&info, user) != 0)
+                goto out;
+        }
+    }
+out:
+    vpmm_i_unlock(pool);
+    return VPMM_SUCCESS;
+}
+
+static const char *state_name(const vpmm_region_t *r)
+{
+    switch (r->state) {
+    case VPMM_REGION_ALLOCATED:
+        return "allocated";
+    case VPMM_REGION_FREE:
+        return r->ready ? "free ready" : "free";
+    case VPMM_REGION_HOLE:
+        return "hole";
+    case VPMM_REGION_ZOMBIE:
+        return "zombie";
+    }
+    return "?";
+}
+
+vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out)
+{
+    char a[32], b[32], c2[32], d[32];
+    const vpmm_counters_t *c;
+    if (pool == NULL || out == NULL) {
+        vpmm_i_set_error("vpmm_pool_dump: %s is NULL", pool == NULL ? "pool" : "out");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    c = &pool->c;
+    fprintf(out, "vpmm pool (%s backend), page %s, %u VA chunk(s) of %s\n", pool->drv->name,
+            vpmm_i_format_bytes(pool->page_size, a, sizeof a), pool->chunk_count,
+            vpmm_i_format_bytes(pool->opt.va_size, b, sizeof b));
+    fprintf(out, "  %-5s %-18s %-14s %-18s %-11s %s\n", "chunk", "address", "offset", "size",
+            "state", "stream");
+    for (const vpmm_chunk_t *ch = pool->chunks; ch; ch = ch->next) {
+        for (const vpmm_region_t *r = ch->first; r; r = r->next) {
+            fprintf(out, "  %-5u 0x%016" PRIxPTR " +0x%-12" PRIxPTR " %-18zu %-11s", ch->index,
+                    r->addr, r->addr - ch->base, r->size, state_name(r));
+            if (r->state == VPMM_REGION_ALLOCATED || (r->state == VPMM_REGION_FREE && !r->ready))
+                fprintf(out, " %p", (void *)r->stream->handle);
+            else if (r->state == VPMM_REGION_ZOMBIE && r->stream)
+                fprintf(out, " until marker %" PRIu64 " of %p", r->seq, (void *)r->stream->handle);
+            if (r->state == VPMM_REGION_ALLOCATED)
+                fprintf(out, " (asked %zu)", r->requested);
+            fputc('\n', out);
+        }
+    }
+    fprintf(out, "  live %s (peak %s), mapped %s (peak %s)\n",
+            vpmm_i_format_bytes(c->live_bytes, a, sizeof a),
+            vpmm_i_format_bytes(c->peak_live_bytes, b, sizeof b),
+            vpmm_i_format_bytes(c->mapped_bytes, c2, sizeof c2),
+            vpmm_i_format_bytes(c->peak_mapped_bytes, d, sizeof d));
+    fprintf(out, "  free %s, holes %s, zombies %s, reserved VA %s\n",
+            vpmm_i_format_bytes(c->free_bytes, a, sizeof a),
+            vpmm_i_format_bytes(c->hole_bytes, b, sizeof b),
+            vpmm_i_format_bytes(c->zombie_bytes, c2, sizeof c2),
+            vpmm_i_format_bytes(c->reserved_va_bytes, d, sizeof d));
+    fprintf(out,
+            "  %" PRIu64 " live allocations, %" PRIu64 " mallocs, %" PRIu64 " frees, %" PRIu64
+            " defrags, %" PRIu64 " pages remapped, %" PRIu64 " created, %" PRIu64
+            " cross-stream waits\n",
+            c->live_allocs, c->mallocs, c->frees, c->defrags, c->pages_remapped, c->pages_created,
+            c->cross_stream_waits);
+    vpmm_i_unlock(pool);
+    return VPMM_SUCCESS;
+}
+
+const char *vpmm_pool_backend_name(const vpmm_pool_t *pool)
+{
+    return pool ? pool->drv->name : NULL;
+}
+
+vpmm_status_t vpmm_pool_last_driver_error(const vpmm_pool_t *pool, int *out_code,
+                                          const char **out_call)
+{
+    if (pool == NULL || out_code == NULL || out_call == NULL) {
+        vpmm_i_set_error("vpmm_pool_last_driver_error: NULL argument");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    *out_code = pool->drv_code;
+    *out_call = pool->drv_call;
+    vpmm_i_unlock(pool);
+    return VPMM_SUCCESS;
+}

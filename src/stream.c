@@ -1,0 +1,266 @@
+/*
+ * stream.c — tracked streams and their completion markers.
+ *
+ * vpmm never records an event per free. A free only tags its region with the stream's marker
+ * count `recorded`; the marker itself (an event) is recorded later, on the slow path, when another
+ * stream wants to know whether that memory is done with (phase 1b/1c/2) or when a zombie needs a
+ * guard. One event then covers every free since the previous marker. Markers complete in order on
+ * their stream, so polling stops at the first one not ready; completed pending regions move to the
+ * ready tree, where every stream may take them without waiting.
+ *
+ * Markers are never recorded on a stream that is being captured: there, cuEventRecord makes a
+ * graph node, and querying such an event would invalidate the capture.
+ *
+ * Called under the pool lock. Invariant I8 (pool.h) is checked in check.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle)
+{
+    vpmm_strm_t *s = p->last_stream;
+    if (VPMM_LIKELY(s != NULL && s->handle == handle))
+        return s;
+    for (s = p->streams; s; s = s->next) {
+        if (s->handle == handle) {
+            p->last_stream = s;
+            return s;
+        }
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        vpmm_i_set_error("out of host memory for stream bookkeeping");
+        return NULL;
+    }
+    s->handle = handle;
+    vpmm_rb_init(&s->free_tree);
+    s->next = p->streams;
+    p->streams = s;
+    p->stream_count++;
+    p->last_stream = s;
+    return s;
+}
+
+/* Destroys an event, with a second try: a transient failure must not leak it. */
+static vpmm_status_t event_destroy(vpmm_pool_t *p, vpmm_drv_event_t ev)
+{
+    vpmm_dres_t r = p->drv->event_destroy(p->drv, ev);
+    if (r != VPMM_DRV_OK)
+        r = p->drv->event_destroy(p->drv, ev);
+    return vpmm_i_drv_status(p, r);
+}
+
+vpmm_status_t vpmm_i_event_get(vpmm_pool_t *p, vpmm_drv_event_t *out)
+{
+    if (p->idle_count > 0) {
+        *out = p->idle_events[--p->idle_count];
+        return VPMM_SUCCESS;
+    }
+    return vpmm_i_drv_status(p, p->drv->event_create(p->drv, out));
+}
+
+void vpmm_i_event_put(vpmm_pool_t *p, vpmm_drv_event_t ev)
+{
+    if (p->idle_count == p->idle_cap) {
+        size_t cap = p->idle_cap ? p->idle_cap * 2 : 16;
+        vpmm_drv_event_t *a = realloc(p->idle_events, cap * sizeof *a);
+        if (a == NULL) {
+            /* Keeping it is an optimisation only: without room, give the event back. */
+            event_destroy(p, ev);
+            return;
+        }
+        p->idle_events = a;
+        p->idle_cap = cap;
+    }
+    p->idle_events[p->idle_count++] = ev;
+}
+
+/* Room for one more in-flight marker, keeping ring[i % cap] addressing. */
+static vpmm_status_t ring_grow(vpmm_strm_t *s)
+{
+    size_t cap = s->ring_cap ? s->ring_cap * 2 : 4;
+    vpmm_drv_event_t *ring = malloc(cap * sizeof *ring);
+    if (ring == NULL) {
+        vpmm_i_set_error("out of host memory for stream markers");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    for (uint64_t i = s->completed; i < s->recorded; i++)
+        ring[i % cap] = s->ring[i % s->ring_cap];
+    free(s->ring);
+    s->ring = ring;
+    s->ring_cap = cap;
+    return VPMM_SUCCESS;
+}
+
+vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq)
+{
+    return s->ring[seq % s->ring_cap];
+}
+
+vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
+{
+    vpmm_capture_status_t cap;
+    uint64_t capture_id;
+    vpmm_drv_event_t ev;
+    vpmm_status_t st;
+
+    if (seq < s->recorded)
+        return VPMM_SUCCESS;
+    if (s->recorded - s->completed == s->ring_cap)
+        VPMM_CHECK(ring_grow(s));
+    VPMM_CHECK(vpmm_i_drv_status(p, p->drv->capture_info(p->drv, s->handle, &cap, &capture_id)));
+    if (cap != VPMM_CAPTURE_NONE)
+        return VPMM_ERROR_STREAM_CAPTURING;
+    VPMM_CHECK(vpmm_i_event_get(p, &ev));
+    st = vpmm_i_drv_status(p, p->drv->event_record(p->drv, ev, s->handle));
+    if (st != VPMM_SUCCESS) {
+        vpmm_i_event_put(p, ev);
+        return st;
+    }
+    s->ring[s->recorded % s->ring_cap] = ev;
+    s->recorded++;
+    s->dirty_regions = 0; /* every pending region now has its marker */
+    return VPMM_SUCCESS;
+}
+
+void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r)
+{
+    /* Usually r is the newest: walk back from the tail to keep seq order. */
+    vpmm_region_t *at = s->pend_tail;
+    while (at && at->seq > r->seq)
+        at = at->qprev;
+    r->qprev = at;
+    r->qnext = at ? at->qnext : s->pend_head;
+    if (r->qnext)
+        r->qnext->qprev = r;
+    else
+        s->pend_tail = r;
+    if (at)
+        at->qnext = r;
+    else
+        s->pend_head = r;
+}
+
+void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r)
+{
+    if (r->qprev)
+        r->qprev->qnext = r->qnext;
+    else
+        s->pend_head = r->qnext;
+    if (r->qnext)
+        r->qnext->qprev = r->qprev;
+    else
+        s->pend_tail = r->qprev;
+    r->qprev = r->qnext = NULL;
+}
+
+void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s)
+{
+    while (s->completed < s->recorded) {
+        vpmm_drv_event_t ev = s->ring[s->completed % s->ring_cap];
+        vpmm_dres_t r = p->drv->event_query(p->drv, ev);
+        if (r == VPMM_DRV_NOT_READY)
+            break;
+        if (r != VPMM_DRV_OK) {
+            /* Not knowing means not done: the memory just stays pending. */
+            vpmm_i_drv_status(p, r);
+            break;
+        }
+        s->completed++;
+        vpmm_i_event_put(p, ev);
+    }
+    while (s->pend_head && s->pend_head->seq < s->completed) {
+        vpmm_region_t *r = s->pend_head;
+        vpmm_i_index_del(p, r);
+        r->ready = 1;
+        r->stream = NULL;
+        r->seq = 0;
+        vpmm_i_index_add(p, r);
+        vpmm_i_region_coalesce(p, r);
+    }
+}
+
+static vpmm_status_t stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
+{
+    vpmm_status_t first = VPMM_SUCCESS;
+    for (uint64_t i = s->completed; i < s->recorded; i++) {
+        vpmm_status_t st = event_destroy(p, s->ring[i % s->ring_cap]);
+        if (first == VPMM_SUCCESS)
+            first = st;
+    }
+    free(s->ring);
+    free(s);
+    return first;
+}
+
+void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
+{
+    vpmm_strm_t **link;
+    for (vpmm_strm_t *s = p->streams; s; s = s->next) {
+        if (s == except)
+            continue;
+        if (s->dirty_regions > 0)
+            (void)vpmm_i_stream_mark(p, s, s->recorded); /* capturing: stays unmarked */
+        vpmm_i_stream_poll(p, s);
+    }
+    /* Retired streams: poll, and forget those nothing refers to once their markers are done. */
+    link = &p->retired;
+    while (*link) {
+        vpmm_strm_t *s = *link;
+        vpmm_i_stream_poll(p, s);
+        if (s->refs == 0 && s->completed == s->recorded) {
+            *link = s->next;
+            stream_free(p, s); /* no marker in flight: nothing to destroy, cannot fail */
+            continue;
+        }
+        link = &s->next;
+    }
+}
+
+vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)
+{
+    vpmm_strm_t **link;
+    if (s->refs > 0) {
+        /* Its final marker covers everything it did; later frees of its allocations use it. */
+        VPMM_CHECK(vpmm_i_stream_mark(p, s, s->recorded));
+    }
+    for (link = &p->streams; *link != s; link = &(*link)->next)
+        ;
+    *link = s->next;
+    p->stream_count--;
+    if (p->last_stream == s)
+        p->last_stream = NULL;
+    if (s->refs == 0)
+        return stream_free(p, s); /* its in-flight markers, if any, are destroyed */
+    s->retired = 1;
+    s->next = p->retired;
+    p->retired = s;
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_i_stream_fini_all(vpmm_pool_t *p)
+{
+    vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    vpmm_status_t first = VPMM_SUCCESS, st;
+    for (int l = 0; l < 2; l++) {
+        vpmm_strm_t *s = lists[l];
+        while (s) {
+            vpmm_strm_t *next = s->next;
+            st = stream_free(p, s);
+            first = first == VPMM_SUCCESS ? st : first;
+            s = next;
+        }
+    }
+    p->streams = p->retired = p->last_stream = NULL;
+    p->stream_count = 0;
+    for (size_t i = 0; i < p->idle_count; i++) {
+        st = event_destroy(p, p->idle_events[i]);
+        first = first == VPMM_SUCCESS ? st : first;
+    }
+    free(p->idle_events);
+    p->idle_events = NULL;
+    p->idle_count = p->idle_cap = 0;
+    return first;
+}

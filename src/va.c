@@ -1,0 +1,103 @@
+/*
+ * va.c — VA chunks (reservations) and carving holes.
+ *
+ * The pool reserves one chunk of opt.va_size at creation and another only when no hole can take a
+ * span; a chunk that has become one whole hole is given back (beyond the first), so address space
+ * never leaks (the seed's case D leaked the unused end of a hole — here the remainder of a carved
+ * hole always stays a hole). Regions never cross chunks. Called under the pool lock; I1/I5 are
+ * checked in check.c.
+ */
+#include <stdlib.h>
+
+#include "pool.h"
+
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_chunk_t **out)
+{
+    vpmm_chunk_t *c, **tail;
+    vpmm_region_t *r;
+    uintptr_t base;
+    vpmm_status_t st;
+
+    VPMM_CHECK(vpmm_i_region_reserve(p, 1));
+    c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        vpmm_i_set_error("out of host memory for a VA chunk");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    st = vpmm_i_drv_status(p, p->drv->va_reserve(p->drv, p->opt.va_size, p->page_size, &base));
+    if (st != VPMM_SUCCESS) {
+        free(c);
+        return st;
+    }
+    c->base = base;
+    c->size = p->opt.va_size;
+    c->index = p->next_chunk_index++;
+    r = vpmm_i_region_take(p);
+    r->addr = base;
+    r->size = c->size;
+    r->chunk = c;
+    r->state = VPMM_REGION_HOLE;
+    c->first = r;
+    vpmm_i_index_add(p, r);
+    for (tail = &p->chunks; *tail; tail = &(*tail)->next)
+        ;
+    *tail = c;
+    p->chunk_count++;
+    p->c.reserved_va_bytes += c->size;
+    *out = c;
+    return VPMM_SUCCESS;
+}
+
+static int chunk_empty(const vpmm_chunk_t *c)
+{
+    return c->first->state == VPMM_REGION_HOLE && c->first->next == NULL;
+}
+
+vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c)
+{
+    vpmm_chunk_t **link;
+    VPMM_CHECK(vpmm_i_drv_status(p, p->drv->va_free(p->drv, c->base, c->size)));
+    vpmm_i_index_del(p, c->first);
+    vpmm_i_region_give(p, c->first);
+    for (link = &p->chunks; *link != c; link = &(*link)->next)
+        ;
+    *link = c->next;
+    p->chunk_count--;
+    p->c.reserved_va_bytes -= c->size;
+    free(c);
+    return VPMM_SUCCESS;
+}
+
+void vpmm_i_chunk_trim(vpmm_pool_t *p, unsigned keep)
+{
+    vpmm_chunk_t *c = p->chunks;
+    while (c && p->chunk_count > keep) {
+        vpmm_chunk_t *next = c->next;
+        if (chunk_empty(c))
+            vpmm_i_chunk_remove(p, c);
+        c = next;
+    }
+}
+
+/*
+ * Carve [addr, addr+len) out of a hole; the rest stays hole (never leaked):
+ *
+ *   hole: [.......|=====len=====|.......)
+ *          hole    returned      hole
+ *
+ * Needs up to two spare region nodes (reserved by the caller).
+ */
+vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t addr, size_t len)
+{
+    vpmm_region_t *mid = hole;
+    vpmm_i_index_del(p, hole);
+    if (addr > hole->addr) {
+        mid = vpmm_i_region_split(p, hole, addr);
+        vpmm_i_index_add(p, hole);
+    }
+    if (mid->addr + mid->size > addr + len) {
+        vpmm_region_t *tail = vpmm_i_region_split(p, mid, addr + len);
+        vpmm_i_index_add(p, tail);
+    }
+    return mid;
+}

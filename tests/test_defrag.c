@@ -1,0 +1,172 @@
+/*
+ * test_defrag.c — defrag.c: executing phase-2 plans (pages land where the plan says, harvested
+ * runs become zombies at their old address), zombie reclaim (only once their marker completes;
+ * partial progress when an unmap fails), and the undo of a new VA chunk when a later step fails.
+ */
+#include "test_util.h"
+
+#define PG (2 * MiB)
+
+typedef struct zombie_list {
+    size_t n;
+    uintptr_t addr[8];
+    size_t size[8];
+} zombie_list_t;
+
+static int collect_zombies(const vpmm_region_info_t *r, void *user)
+{
+    zombie_list_t *z = user;
+    if (r->state == VPMM_REGION_ZOMBIE && z->n < 8) {
+        z->addr[z->n] = r->addr;
+        z->size[z->n] = r->size;
+        z->n++;
+    }
+    return 0;
+}
+
+static zombie_list_t zombies(vpmm_pool_t *pool)
+{
+    zombie_list_t z = { 0 };
+    vpmm_pool_walk(pool, collect_zombies, &z);
+    return z;
+}
+
+static void reclaim(tpool_t *t)
+{
+    vpmm_i_lock(t->pool);
+    vpmm_i_reclaim_zombies(t->pool);
+    vpmm_i_unlock(t->pool);
+    CHECK_POOL(t->pool);
+    assert_driver_matches_pool(t);
+}
+
+/* Two separated freed runs are moved behind one new page; their old VA waits as zombies. */
+static void test_runs_become_zombies_until_marker(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    void *a, *b, *k1, *k2, *big;
+    zombie_list_t z;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    a = tmalloc(t.pool, 2 * PG, s);
+    k1 = tmalloc(t.pool, PG, s);
+    b = tmalloc(t.pool, 3 * PG, s);
+    k2 = tmalloc(t.pool, PG, s);
+    vpmm_host_enqueue(t.host, s);
+    tfree(t.pool, a);
+    tfree(t.pool, b);
+    big = tmalloc(t.pool, 6 * PG, s);
+    assert_int_equal(tstats(t.pool).pages_remapped, 5);
+    assert_int_equal(tstats(t.pool).pages_created, 8);
+    z = zombies(t.pool);
+    assert_int_equal(z.n, 2);
+    assert_int_equal(z.addr[0], (uintptr_t)a);
+    assert_int_equal(z.size[0], 2 * PG);
+    assert_int_equal(z.addr[1], (uintptr_t)b);
+    assert_int_equal(z.size[1], 3 * PG);
+    /* New page first, then the runs in harvest order (smaller first: a, then b). */
+    assert_ptr_equal(vpmm_i_phys_at(t.pool, (uintptr_t)big)->va, (uintptr_t)big);
+    assert_int_equal(vpmm_i_phys_at(t.pool, (uintptr_t)a)->va, (uintptr_t)big + PG);
+    assert_int_equal(vpmm_i_phys_at(t.pool, (uintptr_t)b)->va, (uintptr_t)big + 3 * PG);
+    reclaim(&t); /* the stream still has work: nothing happens */
+    assert_int_equal(zombies(t.pool).n, 2);
+    vpmm_host_complete(t.host, s);
+    reclaim(&t);
+    assert_int_equal(zombies(t.pool).n, 0);
+    assert_int_equal(tstats(t.pool).zombie_bytes, 0);
+    tfree(t.pool, big);
+    tfree(t.pool, k1);
+    tfree(t.pool, k2);
+    tpool_close(&t);
+}
+
+/* An unmap failure half-way through a zombie turns the done part into hole, keeps the rest. */
+static void test_reclaim_partial_failure(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .prealloc = 15 };
+    void *p10, *p1, *p4, *p11;
+    zombie_list_t z;
+    (void)state;
+    tpool_open(&t, &prm);
+    p10 = tmalloc(t.pool, 10 * PG, NULL);
+    p1 = tmalloc(t.pool, PG, NULL);
+    tfree(t.pool, p10);
+    p4 = tmalloc(t.pool, 4 * PG, NULL);
+    p11 = tmalloc(t.pool, 11 * PG, NULL); /* seed case C: the 10 pages at 0 become a zombie */
+    assert_int_equal(zombies(t.pool).n, 1);
+    vpmm_fault_fail_nth(t.fault, VPMM_DRV_MEM_UNMAP, 4, VPMM_DRV_ERROR);
+    reclaim(&t);
+    z = zombies(t.pool);
+    assert_int_equal(z.n, 1);
+    assert_int_equal(z.addr[0], (uintptr_t)p10 + 3 * PG);
+    assert_int_equal(z.size[0], 7 * PG);
+    assert_int_equal(tstats(t.pool).hole_bytes, t.pool->opt.va_size - 26 * PG + 3 * PG);
+    reclaim(&t);
+    assert_int_equal(zombies(t.pool).n, 0);
+    tfree(t.pool, p1);
+    tfree(t.pool, p4);
+    tfree(t.pool, p11);
+    tpool_close(&t);
+}
+
+/* A plan needing a new chunk whose mapping then fails gives the chunk back. */
+static void test_new_chunk_undone(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .va_size = 8 * PG };
+    tsnap_t before, after;
+    void *a, *p = NULL;
+    (void)state;
+    tpool_open(&t, &prm);
+    a = tmalloc(t.pool, 8 * PG, NULL);
+    before = tsnap(t.pool);
+    vpmm_fault_fail_nth(t.fault, VPMM_DRV_MEM_MAP, 2, VPMM_DRV_ERROR);
+    assert_int_equal(vpmm_malloc(t.pool, 3 * PG, NULL, &p), VPMM_ERROR_DRIVER);
+    after = tsnap(t.pool);
+    assert_snap_equal(&before, &after);
+    assert_int_equal(vpmm_fault_calls(t.fault, VPMM_DRV_VA_FREE), 1);
+    assert_driver_matches_pool(&t);
+    p = tmalloc(t.pool, 3 * PG, NULL);
+    assert_int_equal(tstats(t.pool).va_chunks, 2);
+    tfree(t.pool, p);
+    tfree(t.pool, a);
+    tpool_close(&t);
+}
+
+/* A span joined with a ready left neighbour and a harvested page: one region of the caller. */
+static void test_span_is_one_region_of_caller(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .prealloc = 2 };
+    vpmm_stream_t s;
+    void *a, *big;
+    vpmm_region_t *r;
+    (void)state;
+    tpool_open(&t, &prm);
+    s = vpmm_host_stream_create(t.host);
+    a = tmalloc(t.pool, PG, s); /* [a][ready page][hole] */
+    big = tmalloc(t.pool, 3 * PG, s);
+    assert_int_equal((uintptr_t)big, (uintptr_t)a + PG); /* the ready page was extended */
+    assert_int_equal(tstats(t.pool).pages_created, 4);
+    r = vpmm_hmap_get(&t.pool->allocs, (uintptr_t)big);
+    assert_non_null(r);
+    assert_int_equal(r->size, 3 * PG);
+    assert_ptr_equal(r->stream->handle, s);
+    tfree(t.pool, a);
+    tfree(t.pool, big);
+    tpool_close(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_runs_become_zombies_until_marker),
+        cmocka_unit_test(test_reclaim_partial_failure),
+        cmocka_unit_test(test_new_chunk_undone),
+        cmocka_unit_test(test_span_is_one_region_of_caller),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,381 @@
+/*
+ * test_faults.c — every driver call made by create, malloc (each phase), free, stream release and
+ * destroy is forced to fail in turn.
+ *
+ * For each scenario the step under test is run again and again on a fresh pool, failing its 1st,
+ * 2nd, 3rd ... driver call (whatever entry point that is) until a run makes no call that could be
+ * failed. After each failure: the invariants hold, the driver holds exactly what the pool believes
+ * it holds (no leaked handle, mapping, reservation or event), a failed malloc left the
+ * allocations and mapped memory exactly as before, and the same operation succeeds once the fault
+ * is cleared; finally the pool is destroyed and the driver is empty. The entry points that were
+ * failed are tallied and must cover every entry the core uses.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+typedef struct ctx {
+    tpool_t t;
+    vpmm_stream_t a, b;
+    void *live[32];
+    size_t nlive;
+} ctx_t;
+
+enum step_kind { STEP_CREATE, STEP_MALLOC, STEP_FREE, STEP_RELEASE, STEP_DESTROY };
+
+typedef struct scenario {
+    const char *name;
+    tpool_params_t params;
+    enum step_kind kind;
+    void (*prefix)(ctx_t *c);
+    vpmm_status_t (*step)(ctx_t *c);
+} scenario_t;
+
+static void keep(ctx_t *c, void *p)
+{
+    c->live[c->nlive++] = p;
+}
+
+static void *take(ctx_t *c, size_t size, vpmm_stream_t s)
+{
+    void *p = tmalloc(c->t.pool, size, s);
+    keep(c, p);
+    return p;
+}
+
+static void drop(ctx_t *c, void *p)
+{
+    for (size_t i = 0; i < c->nlive; i++) {
+        if (c->live[i] == p) {
+            c->live[i] = c->live[--c->nlive];
+            tfree(c->t.pool, p);
+            return;
+        }
+    }
+    fail_msg("pointer %p not tracked", p);
+}
+
+static vpmm_status_t step_malloc(ctx_t *c, size_t size, vpmm_stream_t s)
+{
+    void *p = NULL;
+    vpmm_status_t st = vpmm_malloc(c->t.pool, size, s, &p);
+    if (st == VPMM_SUCCESS)
+        keep(c, p);
+    return st;
+}
+
+/* ---- scenarios ------------------------------------------------------------------------------ */
+
+static void prefix_none(ctx_t *c)
+{
+    (void)c;
+}
+
+static vpmm_status_t step_grow(ctx_t *c)
+{
+    return step_malloc(c, 5 * 2 * MiB, c->a);
+}
+
+static vpmm_status_t step_subpage(ctx_t *c)
+{
+    return step_malloc(c, 3000, c->a);
+}
+
+/* Seed case C at 2 MiB pages: +11 pages needs 1 new page and 10 remapped from the same stream. */
+static void prefix_seed_c(ctx_t *c)
+{
+    void *p10 = take(c, 20 * MiB, c->a);
+    take(c, 2 * MiB, c->a);
+    vpmm_host_enqueue(c->t.host, c->a);
+    drop(c, p10);
+    take(c, 8 * MiB, c->a);
+}
+
+static vpmm_status_t step_seed_c(ctx_t *c)
+{
+    return step_malloc(c, 22 * MiB, c->a);
+}
+
+/* Stream b harvests a's pending pages: markers, a GPU wait, and new pages. */
+static void prefix_other_stream(ctx_t *c)
+{
+    void *x1 = take(c, 4 * MiB, c->a), *x2;
+    take(c, 2 * MiB, c->b);
+    x2 = take(c, 4 * MiB, c->a);
+    vpmm_host_enqueue(c->t.host, c->a);
+    drop(c, x1);
+    drop(c, x2);
+}
+
+static vpmm_status_t step_other_stream(ctx_t *c)
+{
+    return step_malloc(c, 14 * MiB, c->b);
+}
+
+/* Phase 1c: b takes a's pending region behind a GPU-side wait. */
+static void prefix_pending(ctx_t *c)
+{
+    void *x = take(c, 8 * MiB, c->a);
+    vpmm_host_enqueue(c->t.host, c->a);
+    drop(c, x);
+}
+
+static vpmm_status_t step_on_b(ctx_t *c)
+{
+    return step_malloc(c, 8 * MiB, c->b);
+}
+
+/* Phase 1b: a's work is done; b records a's marker, queries it, reuses without waiting. */
+static void prefix_completed(ctx_t *c)
+{
+    prefix_pending(c);
+    vpmm_host_complete(c->t.host, c->a);
+}
+
+/* Phase 0: zombies from case C are reclaimed by the next slow-path malloc. */
+static void prefix_zombies(ctx_t *c)
+{
+    prefix_seed_c(c);
+    assert_int_equal(step_seed_c(c), VPMM_SUCCESS);
+    vpmm_host_complete_all(c->t.host);
+}
+
+static vpmm_status_t step_big(ctx_t *c)
+{
+    return step_malloc(c, 30 * MiB, c->a);
+}
+
+/* A new VA chunk: the first (16 MiB) is fragmented so no hole takes 6 MiB. */
+static void prefix_full_chunk(ctx_t *c)
+{
+    take(c, 6 * MiB, c->a);
+    take(c, 6 * MiB, c->a);
+}
+
+static vpmm_status_t step_new_chunk(ctx_t *c)
+{
+    return step_malloc(c, 6 * MiB, c->a);
+}
+
+static void prefix_one(ctx_t *c)
+{
+    take(c, 6 * MiB, c->a);
+    vpmm_host_enqueue(c->t.host, c->a);
+}
+
+static vpmm_status_t step_free(ctx_t *c)
+{
+    void *p = c->live[--c->nlive];
+    return vpmm_free(c->t.pool, p);
+}
+
+static void prefix_release(ctx_t *c)
+{
+    take(c, 6 * MiB, c->a);
+    prefix_pending(c);
+}
+
+static vpmm_status_t step_release(ctx_t *c)
+{
+    return vpmm_stream_release(c->t.pool, c->a);
+}
+
+/* Destroy with zombies, in-flight markers, idle events, free and ready memory. */
+static void prefix_busy_history(ctx_t *c)
+{
+    prefix_other_stream(c);
+    assert_int_equal(step_other_stream(c), VPMM_SUCCESS); /* zombies guarded by a's marker */
+    while (c->nlive)
+        drop(c, c->live[c->nlive - 1]);
+    prefix_pending(c); /* b waits on a again: more markers in flight */
+    take(c, 2 * MiB, c->b);
+    while (c->nlive)
+        drop(c, c->live[c->nlive - 1]);
+}
+
+static vpmm_status_t step_destroy(ctx_t *c)
+{
+    vpmm_status_t st = vpmm_pool_destroy(c->t.pool);
+    c->t.pool = NULL;
+    return st;
+}
+
+static const scenario_t scenarios[] = {
+    { "create with 3 preallocated pages", { .prealloc = 3 }, STEP_CREATE, prefix_none, NULL },
+    { "malloc: grow 5 pages", { 0 }, STEP_MALLOC, prefix_none, step_grow },
+    { "malloc: sub-page grow", { 0 }, STEP_MALLOC, prefix_none, step_subpage },
+    { "malloc: defrag, own stream (seed C)",
+      { .prealloc = 15 },
+      STEP_MALLOC,
+      prefix_seed_c,
+      step_seed_c },
+    { "malloc: defrag, other stream + wait",
+      { .memory_limit = 16 * MiB },
+      STEP_MALLOC,
+      prefix_other_stream,
+      step_other_stream },
+    { "malloc: phase 1c wait", { 0 }, STEP_MALLOC, prefix_pending, step_on_b },
+    { "malloc: phase 1b poll", { 0 }, STEP_MALLOC, prefix_completed, step_on_b },
+    { "malloc: zombie reclaim", { .prealloc = 15 }, STEP_MALLOC, prefix_zombies, step_big },
+    { "malloc: new VA chunk",
+      { .va_size = 16 * MiB },
+      STEP_MALLOC,
+      prefix_full_chunk,
+      step_new_chunk },
+    { "free", { 0 }, STEP_FREE, prefix_one, step_free },
+    { "stream release", { 0 }, STEP_RELEASE, prefix_release, step_release },
+    { "destroy", { .memory_limit = 16 * MiB }, STEP_DESTROY, prefix_busy_history, step_destroy },
+};
+
+/* ---- the sweep ------------------------------------------------------------------------------ */
+
+static unsigned coverage[VPMM_DRV_ENTRY_COUNT];
+
+static void note_coverage(const char *call)
+{
+    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
+        if (call && strcmp(call, vpmm_drv_entry_name((vpmm_drv_entry_t)e)) == 0)
+            coverage[e]++;
+}
+
+static void open_ctx(ctx_t *c, const scenario_t *sc, vpmm_driver_t *fault)
+{
+    memset(c, 0, sizeof *c);
+    if (fault == NULL)
+        tpool_open(&c->t, &sc->params);
+    c->a = vpmm_host_stream_create(c->t.host ? c->t.host : vpmm_fault_inner(fault));
+    c->b = vpmm_host_stream_create(c->t.host ? c->t.host : vpmm_fault_inner(fault));
+}
+
+static void cleanup(ctx_t *c)
+{
+    if (c->t.pool != NULL) {
+        while (c->nlive)
+            drop(c, c->live[c->nlive - 1]);
+        vpmm_host_complete_all(c->t.host);
+    }
+    tpool_close(&c->t);
+}
+
+/* One failure at call k of the step; returns whether a failure was injected at all. */
+static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
+{
+    ctx_t c;
+    vpmm_stats_t before, after;
+    vpmm_status_t st;
+    int injected;
+
+    if (sc->kind == STEP_CREATE) {
+        vpmm_host_options_t ho = { 0, 0 };
+        vpmm_driver_t *host, *fault;
+        assert_int_equal(vpmm_host_open(&ho, &host), VPMM_DRV_OK);
+        assert_int_equal(vpmm_fault_wrap(host, &fault), VPMM_DRV_OK);
+        vpmm_fault_fail_any_nth(fault, k, result);
+        st = tpool_try_open(&c.t, &sc->params, fault);
+        injected = vpmm_fault_injected(fault) > 0;
+        if (injected)
+            note_coverage(fault->last_call);
+        vpmm_fault_clear(fault);
+        if (st != VPMM_SUCCESS) {
+            assert_null(c.t.pool);
+            assert_no_driver_leaks(fault);
+            fault->close(fault);
+            tpool_open(&c.t, &sc->params); /* the next attempt succeeds */
+        }
+        c.nlive = 0;
+        assert_int_equal(tstats(c.t.pool).mapped_bytes, 3 * 2 * MiB);
+        cleanup(&c);
+        return injected;
+    }
+
+    open_ctx(&c, sc, NULL);
+    sc->prefix(&c);
+    before = tstats(c.t.pool);
+    vpmm_fault_fail_any_nth(c.t.fault, k, result);
+    st = sc->step(&c);
+    injected = vpmm_fault_injected(c.t.fault) > 0;
+    if (injected)
+        note_coverage(c.t.fault->last_call);
+    vpmm_fault_clear(c.t.fault);
+
+    if (sc->kind == STEP_DESTROY) {
+        /* Each teardown call gets a second try, so one failure leaks nothing. */
+        assert_int_equal(st, VPMM_SUCCESS);
+        assert_no_driver_leaks(c.t.fault);
+        c.t.fault->close(c.t.fault);
+        return injected;
+    }
+    CHECK_POOL(c.t.pool);
+    assert_driver_matches_pool(&c.t);
+    if (st != VPMM_SUCCESS) {
+        after = tstats(c.t.pool);
+        assert_true(st == VPMM_ERROR_DRIVER || st == VPMM_ERROR_OUT_OF_MEMORY);
+        assert_int_equal(after.live_bytes, before.live_bytes);
+        assert_int_equal(after.live_allocs, before.live_allocs);
+        assert_int_equal(after.mapped_bytes, before.mapped_bytes);
+        assert_int_equal(after.pages_created, before.pages_created);
+        assert_int_equal(after.pages_remapped, before.pages_remapped);
+        if (sc->kind == STEP_MALLOC) {
+            assert_int_equal(sc->step(&c), VPMM_SUCCESS); /* the next malloc succeeds */
+            CHECK_POOL(c.t.pool);
+            assert_driver_matches_pool(&c.t);
+        }
+    }
+    if (sc->kind == STEP_FREE)
+        assert_int_equal(st, VPMM_SUCCESS); /* free makes no driver call at all */
+    cleanup(&c);
+    return injected;
+}
+
+static void sweep(const scenario_t *sc, vpmm_dres_t result)
+{
+    uint64_t k = 1;
+    while (run_once(sc, k, result))
+        k++;
+    print_message("%-40s %3llu call sites failed in turn\n", sc->name, (unsigned long long)(k - 1));
+}
+
+static void test_sweep_errors(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+        sweep(&scenarios[i], VPMM_DRV_ERROR);
+}
+
+static void test_sweep_out_of_memory(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+        sweep(&scenarios[i], VPMM_DRV_OUT_OF_MEMORY);
+}
+
+/* Every entry point the core uses was failed at least once. */
+static void test_coverage(void **state)
+{
+    static const vpmm_drv_entry_t used[] = {
+        VPMM_DRV_GRANULARITY,       VPMM_DRV_VA_RESERVE,   VPMM_DRV_VA_FREE,
+        VPMM_DRV_MEM_CREATE,        VPMM_DRV_MEM_RELEASE,  VPMM_DRV_MEM_MAP,
+        VPMM_DRV_MEM_UNMAP,         VPMM_DRV_SET_ACCESS,   VPMM_DRV_EVENT_CREATE,
+        VPMM_DRV_EVENT_DESTROY,     VPMM_DRV_EVENT_RECORD, VPMM_DRV_EVENT_QUERY,
+        VPMM_DRV_STREAM_WAIT_EVENT, VPMM_DRV_CAPTURE_INFO, VPMM_DRV_SYNCHRONIZE,
+    };
+    (void)state;
+    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
+        print_message("  %-32s failed %u times\n", vpmm_drv_entry_name((vpmm_drv_entry_t)e),
+                      coverage[e]);
+    for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
+        if (coverage[used[i]] == 0)
+            fail_msg("%s was never failed", vpmm_drv_entry_name(used[i]));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sweep_errors),
+        cmocka_unit_test(test_sweep_out_of_memory),
+        cmocka_unit_test(test_coverage),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,158 @@
+/*
+ * test_stats.c — stats.c: counters after known operations, peaks and their reset, the region walk
+ * (order, early stop), the dump's content, backend name and the last driver error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static void test_counters(void **state)
+{
+    tpool_t t;
+    void *a, *b;
+    vpmm_stats_t s;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = tmalloc(t.pool, 1000, NULL);
+    b = tmalloc(t.pool, 3 * MiB, NULL);
+    s = tstats(t.pool);
+    assert_int_equal(s.live_bytes, 1000 + 3 * MiB);
+    assert_int_equal(s.allocated_bytes, 1024 + 3 * MiB);
+    assert_int_equal(s.live_allocs, 2);
+    assert_int_equal(s.mallocs, 2);
+    assert_int_equal(s.mapped_bytes, 4 * MiB);
+    assert_int_equal(s.free_bytes, 4 * MiB - 1024 - 3 * MiB);
+    assert_int_equal(s.reserved_va_bytes, 64 * GiB);
+    assert_int_equal(s.hole_bytes, 64 * GiB - 4 * MiB);
+    assert_int_equal(s.pages_created, 2);
+    assert_int_equal(s.grows, 2);
+    assert_int_equal(s.streams, 1);
+    tfree(t.pool, a);
+    s = tstats(t.pool);
+    assert_int_equal(s.frees, 1);
+    assert_int_equal(s.live_allocs, 1);
+    tfree(t.pool, b);
+    tpool_close(&t);
+}
+
+static void test_peaks_and_reset(void **state)
+{
+    tpool_t t;
+    void *a, *b;
+    vpmm_stats_t s;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = tmalloc(t.pool, 5 * MiB, NULL);
+    b = tmalloc(t.pool, 5 * MiB, NULL);
+    tfree(t.pool, a);
+    s = tstats(t.pool);
+    assert_int_equal(s.peak_live_bytes, 10 * MiB);
+    assert_int_equal(s.peak_mapped_bytes, 10 * MiB);
+    assert_int_equal(vpmm_reset_peak_stats(t.pool), VPMM_SUCCESS);
+    s = tstats(t.pool);
+    assert_int_equal(s.peak_live_bytes, 5 * MiB);
+    assert_int_equal(s.peak_mapped_bytes, 10 * MiB); /* still mapped: free memory is kept */
+    tfree(t.pool, b);
+    tpool_close(&t);
+}
+
+typedef struct walk_state {
+    size_t visits;
+    uintptr_t last_end;
+    int ordered;
+    size_t stop_after;
+} walk_state_t;
+
+static int visit(const vpmm_region_info_t *r, void *user)
+{
+    walk_state_t *w = user;
+    if (w->visits > 0 && r->addr != w->last_end)
+        w->ordered = 0;
+    w->last_end = r->addr + r->size;
+    w->visits++;
+    return w->stop_after && w->visits == w->stop_after;
+}
+
+static void test_walk_order_and_stop(void **state)
+{
+    tpool_t t;
+    void *p[6];
+    walk_state_t w = { 0, 0, 1, 0 };
+    (void)state;
+    tpool_open(&t, NULL);
+    for (int i = 0; i < 6; i++)
+        p[i] = tmalloc(t.pool, (size_t)(i + 1) * 700 * KiB, NULL);
+    for (int i = 0; i < 6; i += 2)
+        tfree(t.pool, p[i]);
+    assert_int_equal(vpmm_pool_walk(t.pool, visit, &w), VPMM_SUCCESS);
+    assert_true(w.ordered);
+    assert_true(w.visits >= 7);
+    w = (walk_state_t){ 0, 0, 1, 3 };
+    assert_int_equal(vpmm_pool_walk(t.pool, visit, &w), VPMM_SUCCESS);
+    assert_int_equal(w.visits, 3);
+    for (int i = 1; i < 6; i += 2)
+        tfree(t.pool, p[i]);
+    tpool_close(&t);
+}
+
+static void test_dump(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .prealloc = 2 };
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+    void *a;
+    (void)state;
+    tpool_open(&t, &prm);
+    a = tmalloc(t.pool, 12345, NULL);
+    f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(vpmm_pool_dump(t.pool, f), VPMM_SUCCESS);
+    fclose(f);
+    print_message("%s", buf);
+    assert_non_null(strstr(buf, "vpmm pool (fault(host) backend), page 2 MiB"));
+    assert_non_null(strstr(buf, "allocated"));
+    assert_non_null(strstr(buf, "(asked 12345)"));
+    assert_non_null(strstr(buf, "free ready"));
+    assert_non_null(strstr(buf, "hole"));
+    assert_non_null(strstr(buf, "1 live allocations"));
+    free(buf);
+    tfree(t.pool, a);
+    tpool_close(&t);
+}
+
+static void test_backend_and_driver_error(void **state)
+{
+    tpool_t t;
+    int code = -1;
+    const char *call = "x";
+    void *p = NULL;
+    (void)state;
+    tpool_open(&t, NULL);
+    assert_string_equal(vpmm_pool_backend_name(t.pool), "fault(host)");
+    assert_int_equal(vpmm_pool_last_driver_error(t.pool, &code, &call), VPMM_SUCCESS);
+    assert_int_equal(code, 0);
+    assert_null(call);
+    vpmm_fault_fail_nth(t.fault, VPMM_DRV_SET_ACCESS, 1, VPMM_DRV_ERROR);
+    assert_int_equal(vpmm_malloc(t.pool, 4096, NULL, &p), VPMM_ERROR_DRIVER);
+    assert_int_equal(vpmm_pool_last_driver_error(t.pool, &code, &call), VPMM_SUCCESS);
+    assert_int_equal(code, 999);
+    assert_string_equal(call, "cuMemSetAccess");
+    assert_non_null(strstr(vpmm_last_error(), "cuMemSetAccess failed"));
+    tpool_close(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_peaks_and_reset),
+        cmocka_unit_test(test_walk_order_and_stop),
+        cmocka_unit_test(test_dump),
+        cmocka_unit_test(test_backend_and_driver_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,161 @@
+/*
+ * test_util.c — see test_util.h. Not thread-safe (tests are single-threaded).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static uintptr_t first_base;
+
+static int find_base(const vpmm_region_info_t *r, void *user)
+{
+    (void)user;
+    first_base = r->chunk_base;
+    return 1;
+}
+
+vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driver_t *fault)
+{
+    tpool_params_t d = { 0 };
+    vpmm_config_t cfg;
+    vpmm_options_t opt;
+    vpmm_status_t st;
+
+    if (params == NULL)
+        params = &d;
+    memset(t, 0, sizeof *t);
+    vpmm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.backend = VPMM_BACKEND_HOST;
+    cfg.page_size = params->page_size;
+    cfg.va_size = params->va_size ? params->va_size : 64 * GiB;
+    cfg.prealloc_pages = params->prealloc;
+    assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
+    if (fault == NULL) {
+        vpmm_host_options_t ho = { params->granularity, params->memory_limit };
+        vpmm_driver_t *host;
+        assert_int_equal(vpmm_host_open(&ho, &host), VPMM_DRV_OK);
+        assert_int_equal(vpmm_fault_wrap(host, &fault), VPMM_DRV_OK);
+    }
+    t->fault = fault;
+    t->host = vpmm_fault_inner(fault);
+    st = vpmm_i_pool_create_on(&opt, fault, 0, &t->pool);
+    if (st == VPMM_SUCCESS)
+        CHECK_POOL(t->pool);
+    return st;
+}
+
+void tpool_open(tpool_t *t, const tpool_params_t *params)
+{
+    vpmm_status_t st = tpool_try_open(t, params, NULL);
+    if (st != VPMM_SUCCESS)
+        fail_msg("pool creation failed: %s (%s)", vpmm_status_name(st), vpmm_last_error());
+}
+
+void assert_no_driver_leaks(vpmm_driver_t *fault)
+{
+    vpmm_fault_live_t live;
+    vpmm_host_counts_t hc;
+    vpmm_fault_live(fault, &live);
+    assert_int_equal(live.handles, 0);
+    assert_int_equal(live.mappings, 0);
+    assert_int_equal(live.reservations, 0);
+    assert_int_equal(live.events, 0);
+    vpmm_host_counts(vpmm_fault_inner(fault), &hc);
+    assert_int_equal(hc.handles, 0);
+    assert_int_equal(hc.mappings, 0);
+    assert_int_equal(hc.reservations, 0);
+    assert_int_equal(hc.events, 0);
+}
+
+void tpool_close(tpool_t *t)
+{
+    if (t->pool != NULL) {
+        CHECK_POOL(t->pool);
+        assert_int_equal(vpmm_pool_destroy(t->pool), VPMM_SUCCESS);
+        t->pool = NULL;
+    }
+    assert_no_driver_leaks(t->fault);
+    t->fault->close(t->fault);
+    t->fault = t->host = NULL;
+}
+
+void *tmalloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream)
+{
+    void *p = NULL;
+    vpmm_status_t st = vpmm_malloc(pool, size, stream, &p);
+    if (st != VPMM_SUCCESS)
+        fail_msg("vpmm_malloc(%zu) failed: %s (%s)", size, vpmm_status_name(st), vpmm_last_error());
+    assert_non_null(p);
+    CHECK_POOL(pool);
+    return p;
+}
+
+void tfree(vpmm_pool_t *pool, void *ptr)
+{
+    vpmm_status_t st = vpmm_free(pool, ptr);
+    if (st != VPMM_SUCCESS)
+        fail_msg("vpmm_free(%p) failed: %s (%s)", ptr, vpmm_status_name(st), vpmm_last_error());
+    CHECK_POOL(pool);
+}
+
+vpmm_stats_t tstats(vpmm_pool_t *pool)
+{
+    vpmm_stats_t s;
+    assert_int_equal(vpmm_get_stats(pool, &s), VPMM_SUCCESS);
+    return s;
+}
+
+size_t toff(vpmm_pool_t *pool, void *ptr)
+{
+    vpmm_pool_walk(pool, find_base, NULL);
+    return (size_t)((uintptr_t)ptr - first_base);
+}
+
+static int hash_region(const vpmm_region_info_t *r, void *user)
+{
+    tsnap_t *s = user;
+    uint64_t v[4] = { r->addr, r->size, (uint64_t)r->state * 2 + (uint64_t)r->ready,
+                      (uint64_t)(uintptr_t)r->stream };
+    for (int i = 0; i < 4; i++)
+        s->layout_hash = (s->layout_hash ^ v[i]) * 0x100000001b3ULL;
+    s->regions++;
+    return 0;
+}
+
+tsnap_t tsnap(vpmm_pool_t *pool)
+{
+    tsnap_t s;
+    memset(&s, 0, sizeof s);
+    s.layout_hash = 0xcbf29ce484222325ULL;
+    assert_int_equal(vpmm_get_stats(pool, &s.stats), VPMM_SUCCESS);
+    assert_int_equal(vpmm_pool_walk(pool, hash_region, &s), VPMM_SUCCESS);
+    return s;
+}
+
+void assert_snap_equal(const tsnap_t *a, const tsnap_t *b)
+{
+    assert_memory_equal(&a->stats, &b->stats, sizeof a->stats);
+    assert_int_equal(a->regions, b->regions);
+    assert_int_equal(a->layout_hash, b->layout_hash);
+}
+
+void assert_driver_matches_pool(const tpool_t *t)
+{
+    const vpmm_pool_t *p = t->pool;
+    vpmm_fault_live_t live;
+    size_t zombie_pages = 0, events = p->idle_count;
+    const vpmm_strm_t *lists[2] = { p->streams, p->retired };
+
+    for (const vpmm_region_t *z = p->zombie_head; z; z = z->qnext)
+        zombie_pages += z->size / p->page_size;
+    for (int l = 0; l < 2; l++)
+        for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
+            events += (size_t)(s->recorded - s->completed);
+    vpmm_fault_live(t->fault, &live);
+    assert_int_equal(live.handles, p->phys_count);
+    assert_int_equal(live.mappings, p->phys_count + zombie_pages);
+    assert_int_equal(live.reservations, p->chunk_count);
+    assert_int_equal(live.events, events);
+}

@@ -1,0 +1,100 @@
+/*
+ * test_util.h — helpers shared by the core tests.
+ *
+ * A test pool runs on the host backend wrapped in the fault decorator, so every test can drive
+ * streams (vpmm_host_*), count driver calls and inject failures (vpmm_fault_*), and assert after
+ * every mutation that the pool's invariants hold (CHECK_POOL). tpool_close destroys the pool and
+ * asserts that no handle, mapping, reservation or event is left behind.
+ */
+#ifndef VPMM_TEST_UTIL_H
+#define VPMM_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "driver_fault.h"
+#include "driver_host.h"
+#include "pool.h"
+#include "vpmm.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+#define TiB ((size_t)1 << 40)
+
+typedef struct tpool {
+    vpmm_pool_t *pool;
+    vpmm_driver_t *fault; /* the pool's driver: counts calls, injects failures */
+    vpmm_driver_t *host;  /* the host backend underneath: streams, capture, memory */
+} tpool_t;
+
+typedef struct tpool_params {
+    size_t granularity;  /* 0 = 2 MiB */
+    size_t page_size;    /* 0 = granularity */
+    size_t va_size;      /* 0 = 64 GiB (tests keep VA small) */
+    size_t prealloc;     /* VPMM_PAGES */
+    size_t memory_limit; /* 0 = 80 GiB */
+} tpool_params_t;
+
+/* Opens a test pool; fails the test on error. */
+void tpool_open(tpool_t *t, const tpool_params_t *params);
+/* Like tpool_open but returns the creation status (fault-injection tests of creation). */
+vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driver_t *fault);
+/* Destroys the pool and asserts that nothing is leaked; then closes the drivers. */
+void tpool_close(tpool_t *t);
+/* Asserts the fault decorator's live counts are zero (after the pool is gone). */
+void assert_no_driver_leaks(vpmm_driver_t *fault);
+
+#define CHECK_POOL(pool) assert_int_equal(vpmm_pool_check((pool), stderr), 0)
+
+/* vpmm_malloc that must succeed; checks invariants after. */
+void *tmalloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream);
+/* vpmm_free that must succeed; checks invariants after. */
+void tfree(vpmm_pool_t *pool, void *ptr);
+
+/*
+ * A snapshot of everything observable about a pool: its stats and its region layout. Bad input
+ * must leave it equal.
+ */
+typedef struct tsnap {
+    vpmm_stats_t stats;
+    size_t regions;
+    uint64_t layout_hash;
+} tsnap_t;
+tsnap_t tsnap(vpmm_pool_t *pool);
+void assert_snap_equal(const tsnap_t *a, const tsnap_t *b);
+
+/*
+ * Asserts that the driver holds exactly what the pool believes it holds: one handle per page, one
+ * mapping per live page plus one per zombie page, one reservation per chunk, and one event per
+ * idle or in-flight marker. A leak at any call site shows up here at once.
+ */
+void assert_driver_matches_pool(const tpool_t *t);
+
+/* Stats snapshot. */
+vpmm_stats_t tstats(vpmm_pool_t *pool);
+
+/* Offset of an address from the first chunk's base (in bytes). */
+size_t toff(vpmm_pool_t *pool, void *ptr);
+
+/* A small deterministic PRNG (xorshift64*), so every random test is reproducible from its seed. */
+typedef struct trng {
+    uint64_t s;
+} trng_t;
+static inline uint64_t trng_next(trng_t *r)
+{
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1DULL;
+}
+static inline uint64_t trng_below(trng_t *r, uint64_t n)
+{
+    return trng_next(r) % n;
+}
+
+#endif /* VPMM_TEST_UTIL_H */
