@@ -14,11 +14,14 @@
  *  2. Granularity. granularity() reports G (2 MiB on an H100). va_reserve sizes and alignments,
  *     mem_create sizes, and map/unmap/set_access addresses, sizes and offsets are multiples of G;
  *     a call breaking this returns VPMM_DRV_INVALID and does nothing.
- *  3. Mappings. mem_map(va, size, h, offset) maps bytes [offset, offset+size) of handle h at va,
- *     which must lie inside one reservation and be unmapped. A handle may be mapped at several
- *     addresses at once (aliasing). mem_unmap(va, size) takes exactly one whole earlier mapping
- *     (never part of one, never two). A new mapping is inaccessible until set_access, which may
- *     span several adjacent mappings. va_free requires the whole reservation to be unmapped.
+ *  3. Mappings. mem_map(va, size, h, offset) maps handle h at va, which must lie inside one
+ *     reservation and be unmapped. Only whole handles are mapped: offset 0 and size = the handle's
+ *     size (the CUDA 13.0 driver 580 on an H100 refuses a non-zero offset, and a smaller size,
+ *     with CUDA_ERROR_NOT_SUPPORTED; the host backend refuses them the same way). A handle may be
+ *     mapped at several addresses at once (aliasing). mem_unmap(va, size) takes exactly one whole
+ *     earlier mapping (never part of one, never two). A new mapping is inaccessible until
+ *     set_access, which may span several adjacent mappings. va_free requires the whole
+ *     reservation to be unmapped.
  *  4. Ownership. The caller owns handles from mem_create to mem_release and events from
  *     event_create to event_destroy. mem_release of a handle that is still mapped is allowed; the
  *     memory goes back when its last mapping is unmapped (as in CUDA). Streams belong to the

@@ -42,6 +42,7 @@ enum {
     CODE_INVALID_VALUE = 1,
     CODE_OUT_OF_MEMORY = 2,
     CODE_ILLEGAL_STATE = 401,
+    CODE_NOT_SUPPORTED = 801,
     CODE_NOT_READY = 600,
     CODE_CAPTURE_UNSUPPORTED = 900,
     CODE_CAPTURE_INVALIDATED = 901,
@@ -728,6 +729,9 @@ static vpmm_dres_t host_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size,
         return fail_invalid(h, e);
     if (!resv_containing(h, va, size) || map_overlaps(h, va, size))
         return fail_invalid(h, e);
+    /* As the CUDA 13 driver on an H100 does (measured): only whole handles are mapped. */
+    if (offset != 0 || size != hd->size)
+        return fail(h, e, VPMM_DRV_NOT_SUPPORTED, CODE_NOT_SUPPORTED);
     host_map_t *m = calloc(1, sizeof *m);
     if (!m)
         return fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);

@@ -12,6 +12,7 @@
  * Every public call takes the pool lock for its whole duration (thread-safe, one at a time).
  * Invariants (pool.h) are checked by vpmm_pool_check (check.c).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -288,6 +289,24 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     return st;
 }
 
+/* The OOM message: what was asked, what the pool holds, what the device has left. */
+static void explain_oom(vpmm_pool_t *p, size_t size)
+{
+    char req[32], live[32], mapped[32], fr[32], dev[48] = "unknown";
+    size_t dfree, dtotal;
+    if (p->drv->mem_get_info(p->drv, &dfree, &dtotal) == VPMM_DRV_OK) {
+        char a[16], b[16];
+        snprintf(dev, sizeof dev, "%s of %s", vpmm_i_format_bytes(dfree, a, sizeof a),
+                 vpmm_i_format_bytes(dtotal, b, sizeof b));
+    }
+    vpmm_i_set_error("vpmm_malloc(%s): out of device memory; pool: live %s, mapped %s, free %s "
+                     "(fully free pages are reused before growing); device free %s",
+                     vpmm_i_format_bytes(size, req, sizeof req),
+                     vpmm_i_format_bytes(p->c.live_bytes, live, sizeof live),
+                     vpmm_i_format_bytes(p->c.mapped_bytes, mapped, sizeof mapped),
+                     vpmm_i_format_bytes(p->c.free_bytes, fr, sizeof fr), dev);
+}
+
 vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
 {
     vpmm_capture_status_t cap;
@@ -335,7 +354,10 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     if (VPMM_UNLIKELY(r == NULL)) {
         st = malloc_slow(pool, s, rsize, &r);
         if (st != VPMM_SUCCESS) {
-            pool->c.ooms += st == VPMM_ERROR_OUT_OF_MEMORY;
+            if (st == VPMM_ERROR_OUT_OF_MEMORY) {
+                pool->c.ooms++;
+                explain_oom(pool, size);
+            }
             goto out;
         }
     }

@@ -551,27 +551,27 @@ static void test_aliasing(void **state)
     close_host(d);
 }
 
-/* Mapping the second granule of a two-granule handle shows exactly that granule. */
-static void test_offset_mapping(void **state)
+/*
+ * Only whole handles are mapped, as the CUDA 13 driver on an H100 answers (CUDA_ERROR_NOT_SUPPORTED
+ * for a non-zero offset or a smaller size, measured by tests/test_driver_cuda.c): the emulation
+ * must refuse the same calls, so host tests catch code that relies on partial mappings.
+ */
+static void test_partial_mapping_refused(void **state)
 {
     (void)state;
     vpmm_driver_t *d = open_host(0, 64 * MiB);
     uintptr_t va = reserve(d, 8 * MiB);
     vpmm_drv_handle_t h = create(d, 2 * G);
+    vpmm_host_counts_t before;
+    vpmm_host_counts(d, &before);
+    expect_failure(d, d->mem_map(d, va + 3 * G, G, h, G), VPMM_DRV_NOT_SUPPORTED, 801,
+                   VPMM_DRV_MEM_MAP);
+    expect_failure(d, d->mem_map(d, va + 3 * G, G, h, 0), VPMM_DRV_NOT_SUPPORTED, 801,
+                   VPMM_DRV_MEM_MAP);
+    expect_same_counts(d, &before);
+    CHECKED(d);
+    /* The whole handle maps. */
     map_rw(d, va, 2 * G, h, 0);
-    map_rw(d, va + 3 * G, G, h, G);
-    vbyte_t *whole = (vbyte_t *)va, *second = (vbyte_t *)(va + 3 * G);
-    whole[0] = 0x11;
-    whole[G - 1] = 0x22;
-    whole[G] = 0x33;
-    whole[2 * G - 1] = 0x44;
-    assert_int_equal(second[0], 0x33);
-    assert_int_equal(second[G - 1], 0x44);
-    second[7] = 0x77;
-    assert_int_equal(whole[G + 7], 0x77);
-    assert_int_equal(whole[7], 0);
-
-    assert_int_equal(d->mem_unmap(d, va + 3 * G, G), VPMM_DRV_OK);
     assert_int_equal(d->mem_unmap(d, va, 2 * G), VPMM_DRV_OK);
     assert_int_equal(d->mem_release(d, h), VPMM_DRV_OK);
     assert_int_equal(d->va_free(d, va, 8 * MiB), VPMM_DRV_OK);
@@ -844,7 +844,12 @@ static void test_random_against_model(void **state)
             for (size_t k = 0; ok && k < len; k++)
                 ok = owner[slot + (int)k] < 0;
             vpmm_dres_t r = d->mem_map(d, va + (size_t)slot * g, len * g, hs[hi].id, off * g);
-            assert_int_equal(r, ok ? VPMM_DRV_OK : VPMM_DRV_INVALID);
+            /* Valid arguments naming part of a handle: refused as CUDA refuses them. */
+            int whole = off == 0 && len * g == hs[hi].size;
+            assert_int_equal(r, !ok     ? VPMM_DRV_INVALID
+                                : whole ? VPMM_DRV_OK
+                                        : VPMM_DRV_NOT_SUPPORTED);
+            ok = ok && whole;
             if (ok) {
                 at[slot].handle = hi;
                 at[slot].len = len;
@@ -1331,7 +1336,7 @@ int main(void)
         cmocka_unit_test(test_memory_returned),
         cmocka_unit_test(test_map_validation),
         cmocka_unit_test(test_aliasing),
-        cmocka_unit_test(test_offset_mapping),
+        cmocka_unit_test(test_partial_mapping_refused),
         cmocka_unit_test(test_set_access_rules),
         cmocka_unit_test(test_unmap_rules),
         cmocka_unit_test(test_release_while_mapped),

@@ -1058,6 +1058,16 @@ static void test_out_of_memory(void **state)
     gpu_pool_close(pool, free0);
 }
 
+/* Frees what the first GPU test set up (the device-side mismatch counters). */
+static int gpu_teardown(void **state)
+{
+    (void)state;
+    if (g.counters != NULL)
+        cudaFree(g.counters);
+    g.counters = NULL;
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1074,5 +1084,5 @@ int main(void)
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_out_of_memory),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, gpu_teardown);
 }
