@@ -1,6 +1,8 @@
 /*
  * driver_host.c — the host emulation backend (driver_host.h): the driver contract of driver.h
- * implemented on the CPU, faithfully enough that misuse caught by CUDA is caught here too.
+ * implemented on the CPU, faithfully enough that misuse caught by CUDA is caught here too. This
+ * file owns the memory side and the instance's lifetime; driver_host_stream.c owns the simulated
+ * streams, events and capture, and driver_host_internal.h holds what the two share.
  *
  *  - VA: a reservation is an mmap(PROT_NONE, MAP_NORESERVE) placeholder, so 8 TiB costs nothing.
  *  - Physical memory: every handle is an extent of ONE memfd (thousands of handles must fit under
@@ -9,19 +11,21 @@
  *    truncated away at the tail) so touched memory really goes back.
  *  - Mapping: mmap(MAP_SHARED|MAP_FIXED) of the handle's extent over the placeholder, so aliases
  *    see the same bytes; set_access is mprotect; unmap puts a PROT_NONE placeholder back.
- *  - Streams, events and capture are bookkeeping only; work advances when a test says so.
+ *  - Also here: the slot table and array growth both halves use, the failure recorders, open and
+ *    close, vpmm_host_counts and vpmm_host_check.
  *
  * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
- * Invariants: listed as equations above struct host_drv, checked by vpmm_host_check().
+ * Invariants: listed as equations above struct host_drv in driver_host_internal.h, all of them
+ * (the stream ones I6, I7 included) checked by vpmm_host_check() at the end of this file.
  * Failure atomicity (rule 1): each entry point validates and allocates everything it needs before
- * its first visible change. Release, unmap, va_free and event_destroy never allocate, so the
- * teardown paths cannot fail for lack of host memory.
+ * its first visible change. Release, unmap and va_free never allocate (nor does event_destroy in
+ * driver_host_stream.c), so the teardown paths cannot fail for lack of host memory.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* memfd_create, fallocate, MAP_NORESERVE */
 #endif
 
-#include "driver_host.h"
+#include "driver_host_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,36 +38,14 @@
 
 #include "util.h"
 
-/* Event tokens carry a 64-bit slot id in the pointer (see slot_table_t). */
-_Static_assert(sizeof(uintptr_t) >= sizeof(uint64_t), "the host backend needs 64-bit pointers");
-
-/* Raw codes stored in last_code: the CUresult / cudaError_t values of the matching CUDA error. */
-enum {
-    CODE_INVALID_VALUE = 1,
-    CODE_OUT_OF_MEMORY = 2,
-    CODE_ILLEGAL_STATE = 401,
-    CODE_NOT_SUPPORTED = 801,
-    CODE_NOT_READY = 600,
-    CODE_CAPTURE_UNSUPPORTED = 900,
-    CODE_CAPTURE_INVALIDATED = 901,
-    CODE_CAPTURE_MERGE = 902,
-    CODE_CAPTURE_UNMATCHED = 903,
-    CODE_CAPTURE_ISOLATION = 905,
-    CODE_CAPTURED_EVENT = 907,
-    CODE_UNKNOWN = 999,
-};
-
 #define DEFAULT_GRANULARITY ((size_t)2 << 20)
 #define DEFAULT_LIMIT       ((size_t)80 << 30)
 
-static const char call_begin_capture[] = "cuStreamBeginCapture";
-static const char call_end_capture[] = "cuStreamEndCapture";
-
-/* ---- small containers -------------------------------------------------------------------- */
+/* ---- small containers --------------------------------------------------------------------- */
 
 /* Makes room for `need` elements in the array *arr_ptr of capacity *cap (doubling). The pointer
  * is moved through memcpy so one helper serves every element type without aliasing tricks. */
-static int reserve_impl(void *arr_ptr, size_t *cap, size_t need, size_t elem)
+int vpmm_host_i_reserve_impl(void *arr_ptr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return 0;
@@ -82,26 +64,8 @@ static int reserve_impl(void *arr_ptr, size_t *cap, size_t need, size_t elem)
     *cap = n;
     return 0;
 }
-#define RESERVE(arr, cap, need) reserve_impl(&(arr), &(cap), (need), sizeof(*(arr)))
 
-/*
- * Slot table: opaque 64-bit ids for handles and events. id = generation << 32 | (index + 1), so an
- * id is never 0 and a released id stops resolving as soon as its slot's generation moves on
- * (a stale handle or event gets VPMM_DRV_INVALID instead of hitting a newer object).
- */
-typedef struct slot {
-    void *obj;          /* NULL while free */
-    uint32_t gen;       /* never 0 */
-    uint32_t next_free; /* index + 1 of the next free slot, 0 = end */
-} slot_t;
-
-typedef struct slot_table {
-    slot_t *slots;
-    size_t len, cap;
-    uint32_t free_head; /* index + 1, 0 = none */
-} slot_table_t;
-
-static uint64_t slot_put(slot_table_t *t, void *obj)
+uint64_t vpmm_host_i_slot_put(slot_table_t *t, void *obj)
 {
     uint32_t i;
     if (t->free_head) {
@@ -118,7 +82,7 @@ static uint64_t slot_put(slot_table_t *t, void *obj)
     return ((uint64_t)t->slots[i].gen << 32) | (uint64_t)(i + 1);
 }
 
-static void *slot_get(const slot_table_t *t, uint64_t id)
+void *vpmm_host_i_slot_get(const slot_table_t *t, uint64_t id)
 {
     uint64_t i = id & UINT32_MAX;
     if (i == 0 || i > t->len)
@@ -127,8 +91,8 @@ static void *slot_get(const slot_table_t *t, uint64_t id)
     return s->gen == (uint32_t)(id >> 32) ? s->obj : NULL;
 }
 
-/* id must resolve (slot_get != NULL). */
-static void slot_drop(slot_table_t *t, uint64_t id)
+/* id must resolve (vpmm_host_i_slot_get != NULL). */
+void vpmm_host_i_slot_drop(slot_table_t *t, uint64_t id)
 {
     uint32_t i = (uint32_t)(id & UINT32_MAX) - 1;
     slot_t *s = &t->slots[i];
@@ -138,135 +102,29 @@ static void slot_drop(slot_table_t *t, uint64_t id)
     t->free_head = i + 1;
 }
 
-/* ---- objects ----------------------------------------------------------------------------- */
-
-typedef struct host_extent {
-    size_t off, len;
-} host_extent_t;
-
-typedef struct host_handle {
-    struct host_handle *prev, *next; /* every record, released ones included (for close) */
-    uint64_t id;                     /* 0 once released (the record lives on while mapped) */
-    size_t off, size;                /* extent of the memfd */
-    size_t nmaps;                    /* mappings of this handle */
-} host_handle_t;
-
-/* A mapping: a node of a treap keyed by va (expected O(log n) per operation). */
-typedef struct host_map {
-    struct host_map *left, *right;
-    uint64_t prio; /* max-heap on prio */
-    uintptr_t va;
-    size_t size, offset; /* bytes [offset, offset+size) of handle */
-    host_handle_t *handle;
-} host_map_t;
-
-typedef struct host_resv {
-    uintptr_t base;
-    size_t size;
-} host_resv_t;
-
-struct host_stream;
-
-/* Work items numbered after `at` on the owning stream wait for signaller to complete `seq`. */
-typedef struct host_barrier {
-    uint64_t at;
-    struct host_stream *signaller;
-    uint64_t seq;
-} host_barrier_t;
-
-typedef struct host_capture {
-    struct host_capture *next;
-    uint64_t id;
-    struct host_stream *origin;
-    int invalidated;
-} host_capture_t;
-
-typedef struct host_stream {
-    vpmm_stream_t key;
-    uint64_t enqueued, completed;
-    host_barrier_t *bar; /* live barriers are bar[bar_head, bar_len) */
-    size_t bar_head, bar_len, bar_cap;
-    host_capture_t *capture; /* the capture it originated or joined, NULL if none */
-    int busy;                /* inside stream_complete_to (guards against cycles) */
-} host_stream_t;
-
-typedef struct host_event {
-    host_stream_t *stream; /* NULL: never recorded */
-    uint64_t seq;          /* stream->enqueued when recorded */
-    uint64_t capture_id;   /* nonzero: last recorded in that capture (seq is then 0) */
-} host_event_t;
-
-/*
- * One instance. Invariants (vpmm_host_check verifies each):
- *  I1  the free extents and the extents of all handle records tile [0, file_size) exactly;
- *      extents are sorted, non-empty, never adjacent (coalesced), none ends at file_size (the
- *      tail is truncated away), all offsets and sizes are multiples of gran.
- *  I2  counts.handles = |handle list|, counts.handle_bytes = Σ handle.size ≤ limit;
- *      a record with id ≠ 0 is the one slot_get(handles, id) returns; id = 0 ⇒ nmaps > 0.
- *  I3  n_ext ≤ counts.handles + 1, and ext_cap ≥ counts.handles + 1 once a handle exists, so
- *      freeing an extent never allocates.
- *  I4  mappings are pairwise disjoint, each inside one reservation, offset + size ≤ its handle's
- *      size; Σ handle.nmaps = counts.mappings, Σ mapping.size = counts.mapped_bytes.
- *  I5  reservations are sorted, disjoint, gran-aligned; counts.reservations/reserved_bytes match.
- *  I6  counts.events = live slots of the event table.
- *  I7  per stream: completed ≤ enqueued; live barriers are sorted by at, and
- *      completed ≤ at ≤ enqueued, seq ≤ signaller->enqueued; capture, if set, is in the list.
- */
-typedef struct host_drv {
-    vpmm_driver_t base; /* first member: the table the core calls */
-    size_t gran, limit;
-
-    int fd;
-    size_t file_size;
-    host_extent_t *ext; /* free extents of the memfd, sorted by off */
-    size_t n_ext, ext_cap;
-
-    slot_table_t handles;
-    host_handle_t *handle_list;
-
-    host_map_t *maps; /* treap root */
-    uint64_t rng;     /* treap priorities (xorshift64*, deterministic) */
-
-    host_resv_t *resv; /* sorted by base */
-    size_t n_resv, resv_cap;
-
-    slot_table_t events;
-
-    host_stream_t **stream_tab; /* open addressing by key, linear probing; never shrinks */
-    size_t stream_cap, n_streams;
-
-    host_capture_t *captures; /* active captures */
-    uint64_t next_capture_id;
-
-    vpmm_host_wait_t *waits;
-    size_t n_waits, waits_cap;
-
-    vpmm_host_counts_t counts; /* touched_bytes is computed on demand */
-} host_drv_t;
-
 static void host_close(vpmm_driver_t *d);
 
 /* The instance behind d, or NULL when d is not a host backend (a wrapper, NULL, ...). */
-static host_drv_t *as_host(vpmm_driver_t *d)
+host_drv_t *vpmm_host_i_as_host(vpmm_driver_t *d)
 {
     return d && d->close == host_close ? (host_drv_t *)d : NULL;
 }
 
-static vpmm_dres_t fail_call(host_drv_t *h, const char *call, vpmm_dres_t res, int code)
+vpmm_dres_t vpmm_host_i_fail_call(host_drv_t *h, const char *call, vpmm_dres_t res, int code)
 {
     h->base.last_code = code;
     h->base.last_call = call;
     return res;
 }
 
-static vpmm_dres_t fail(host_drv_t *h, vpmm_drv_entry_t entry, vpmm_dres_t res, int code)
+vpmm_dres_t vpmm_host_i_fail(host_drv_t *h, vpmm_drv_entry_t entry, vpmm_dres_t res, int code)
 {
-    return fail_call(h, vpmm_drv_entry_name(entry), res, code);
+    return vpmm_host_i_fail_call(h, vpmm_drv_entry_name(entry), res, code);
 }
 
-static vpmm_dres_t fail_invalid(host_drv_t *h, vpmm_drv_entry_t entry)
+vpmm_dres_t vpmm_host_i_fail_invalid(host_drv_t *h, vpmm_drv_entry_t entry)
 {
-    return fail(h, entry, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+    return vpmm_host_i_fail(h, entry, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
 }
 
 /* A failed system call: ENOMEM is what CUDA reports as out of memory, the rest is unknown. */
@@ -487,130 +345,13 @@ static void *placeholder(void *hint, size_t size, int flags)
     return mmap(hint, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | flags, -1, 0);
 }
 
-/* ---- streams ------------------------------------------------------------------------------ */
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/* Where key lives in the table, or the empty slot where it would go (stream_cap > 0). */
-static size_t stream_slot(const host_drv_t *h, vpmm_stream_t key)
-{
-    size_t mask = h->stream_cap - 1;
-    size_t i = (size_t)mix64((uint64_t)(uintptr_t)key) & mask;
-    while (h->stream_tab[i] && h->stream_tab[i]->key != key)
-        i = (i + 1) & mask;
-    return i;
-}
-
-static host_stream_t *stream_find(const host_drv_t *h, vpmm_stream_t key)
-{
-    return h->stream_cap ? h->stream_tab[stream_slot(h, key)] : NULL;
-}
-
-/* Adds st under st->key, which must be new. Keeps the load factor ≤ 1/2. */
-static int stream_insert(host_drv_t *h, host_stream_t *st)
-{
-    if ((h->n_streams + 1) * 2 > h->stream_cap) {
-        size_t old_cap = h->stream_cap, cap = old_cap ? old_cap * 2 : 16;
-        host_stream_t **old = h->stream_tab, **tab = calloc(cap, sizeof *tab);
-        if (!tab)
-            return -1;
-        h->stream_tab = tab;
-        h->stream_cap = cap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i])
-                tab[stream_slot(h, old[i]->key)] = old[i];
-        free(old);
-    }
-    h->stream_tab[stream_slot(h, st->key)] = st;
-    h->n_streams++;
-    return 0;
-}
-
-/* The stream for key, registered (no pending work) if new; NULL when out of host memory. */
-static host_stream_t *stream_get(host_drv_t *h, vpmm_stream_t key)
-{
-    host_stream_t *st = stream_find(h, key);
-    if (st)
-        return st;
-    st = calloc(1, sizeof *st);
-    if (!st)
-        return NULL;
-    st->key = key;
-    if (stream_insert(h, st) != 0) {
-        free(st);
-        return NULL;
-    }
-    return st;
-}
-
-/* Reclaims the consumed prefix of the barrier array. */
-static void stream_compact(host_stream_t *st)
-{
-    if (st->bar_head == st->bar_len) {
-        st->bar_head = st->bar_len = 0;
-    } else if (st->bar_head > st->bar_cap / 2) {
-        memmove(st->bar, st->bar + st->bar_head, (st->bar_len - st->bar_head) * sizeof *st->bar);
-        st->bar_len -= st->bar_head;
-        st->bar_head = 0;
-    }
-}
-
-/*
- * Completes st up to item `target`, first completing what its barriers wait for. A barrier only
- * names work enqueued before the barrier existed, so following barriers always goes back in time
- * and the recursion ends; items before each barrier are marked done before recursing so that a
- * path leading back to st finds them complete. `busy` is a belt-and-braces cycle guard.
- */
-static void stream_complete_to(host_stream_t *st, uint64_t target)
-{
-    if (target > st->enqueued)
-        target = st->enqueued;
-    if (st->completed >= target || st->busy)
-        return;
-    st->busy = 1;
-    while (st->bar_head < st->bar_len && st->bar[st->bar_head].at < target) {
-        host_barrier_t b = st->bar[st->bar_head];
-        if (st->completed < b.at)
-            st->completed = b.at;
-        stream_complete_to(b.signaller, b.seq);
-        st->bar_head++;
-    }
-    st->completed = target;
-    stream_compact(st);
-    st->busy = 0;
-}
-
-static void complete_everything(host_drv_t *h)
-{
-    for (size_t i = 0; i < h->stream_cap; i++)
-        if (h->stream_tab[i])
-            stream_complete_to(h->stream_tab[i], h->stream_tab[i]->enqueued);
-}
-
-/* ---- captures ----------------------------------------------------------------------------- */
-
-static host_capture_t *capture_find(const host_drv_t *h, uint64_t id)
-{
-    host_capture_t *c = h->captures;
-    while (c && c->id != id)
-        c = c->next;
-    return c;
-}
-
 /* ---- entry points: memory ----------------------------------------------------------------- */
 
 static vpmm_dres_t host_granularity(vpmm_driver_t *d, size_t *out_bytes)
 {
     host_drv_t *h = (host_drv_t *)d;
     if (!out_bytes)
-        return fail_invalid(h, VPMM_DRV_GRANULARITY);
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_GRANULARITY);
     *out_bytes = h->gran;
     return VPMM_DRV_OK;
 }
@@ -620,7 +361,7 @@ static vpmm_dres_t host_va_reserve(vpmm_driver_t *d, size_t size, size_t align, 
     host_drv_t *h = (host_drv_t *)d;
     const vpmm_drv_entry_t e = VPMM_DRV_VA_RESERVE;
     if (!out_va || size == 0 || !gran_aligned(h, size) || !gran_aligned(h, align))
-        return fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(h, e);
     if (align == 0)
         align = h->gran; /* as CUDA: 0 = the default alignment */
     /* Over-reserve so that an aligned start exists inside, then trim both ends:
@@ -628,13 +369,13 @@ static vpmm_dres_t host_va_reserve(vpmm_driver_t *d, size_t size, size_t align, 
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t extra = align > page ? align - page : 0;
     if (size > SIZE_MAX - extra)
-        return fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     size_t span = size + extra;
     if (RESERVE(h->resv, h->resv_cap, h->n_resv + 1))
-        return fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     void *p = placeholder(NULL, span, 0);
     if (p == MAP_FAILED)
-        return fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     uintptr_t start = vpmm_align_up((uintptr_t)p, align), end = start + size;
     if (start > (uintptr_t)p)
         munmap(p, start - (uintptr_t)p);
@@ -657,11 +398,11 @@ static vpmm_dres_t host_va_free(vpmm_driver_t *d, uintptr_t va, size_t size)
     const vpmm_drv_entry_t e = VPMM_DRV_VA_FREE;
     size_t i = resv_upper(h, va);
     if (size == 0 || i == 0 || h->resv[i - 1].base != va || h->resv[i - 1].size != size)
-        return fail_invalid(h, e); /* not exactly one reservation */
+        return vpmm_host_i_fail_invalid(h, e); /* not exactly one reservation */
     if (map_overlaps(h, va, size))
-        return fail_invalid(h, e); /* rule 3: the whole reservation must be unmapped */
+        return vpmm_host_i_fail_invalid(h, e); /* rule 3: the whole reservation must be unmapped */
     if (munmap((void *)va, size) != 0)
-        return fail(h, e, VPMM_DRV_ERROR, errno_code(errno));
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, errno_code(errno));
     i--;
     memmove(&h->resv[i], &h->resv[i + 1], (h->n_resv - i - 1) * sizeof *h->resv);
     h->n_resv--;
@@ -675,21 +416,21 @@ static vpmm_dres_t host_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handl
     host_drv_t *h = (host_drv_t *)d;
     const vpmm_drv_entry_t e = VPMM_DRV_MEM_CREATE;
     if (!out_handle || size == 0 || !gran_aligned(h, size))
-        return fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(h, e);
     if (size > h->limit - h->counts.handle_bytes)
-        return fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     /* I3: room for the extent this handle may split off when it is freed. */
     if (RESERVE(h->ext, h->ext_cap, h->counts.handles + 2))
-        return fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     host_handle_t *hd = calloc(1, sizeof *hd);
     if (!hd)
-        return fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
-    uint64_t id = slot_put(&h->handles, hd);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
+    uint64_t id = vpmm_host_i_slot_put(&h->handles, hd);
     if (id == 0 || extent_alloc(h, size, &hd->off) != 0) {
         if (id)
-            slot_drop(&h->handles, id);
+            vpmm_host_i_slot_drop(&h->handles, id);
         free(hd);
-        return fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     }
     hd->id = id;
     hd->size = size;
@@ -706,10 +447,10 @@ static vpmm_dres_t host_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handl
 static vpmm_dres_t host_mem_release(vpmm_driver_t *d, vpmm_drv_handle_t handle)
 {
     host_drv_t *h = (host_drv_t *)d;
-    host_handle_t *hd = slot_get(&h->handles, handle);
+    host_handle_t *hd = vpmm_host_i_slot_get(&h->handles, handle);
     if (!hd)
-        return fail_invalid(h, VPMM_DRV_MEM_RELEASE);
-    slot_drop(&h->handles, handle);
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_MEM_RELEASE);
+    vpmm_host_i_slot_drop(&h->handles, handle);
     hd->id = 0;
     if (hd->nmaps == 0)
         handle_free(h, hd); /* else the last unmap frees it (rule 4) */
@@ -723,18 +464,18 @@ static vpmm_dres_t host_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size,
     const vpmm_drv_entry_t e = VPMM_DRV_MEM_MAP;
     if (size == 0 || !gran_aligned(h, va) || !gran_aligned(h, size) || !gran_aligned(h, offset) ||
         size > UINTPTR_MAX - va)
-        return fail_invalid(h, e);
-    host_handle_t *hd = slot_get(&h->handles, handle);
+        return vpmm_host_i_fail_invalid(h, e);
+    host_handle_t *hd = vpmm_host_i_slot_get(&h->handles, handle);
     if (!hd || offset > hd->size || size > hd->size - offset)
-        return fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(h, e);
     if (!resv_containing(h, va, size) || map_overlaps(h, va, size))
-        return fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(h, e);
     /* As the CUDA 13 driver on an H100 does (measured): only whole handles are mapped. */
     if (offset != 0 || size != hd->size)
-        return fail(h, e, VPMM_DRV_NOT_SUPPORTED, CODE_NOT_SUPPORTED);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_NOT_SUPPORTED, CODE_NOT_SUPPORTED);
     host_map_t *m = calloc(1, sizeof *m);
     if (!m)
-        return fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, h->fd,
                    (off_t)(hd->off + offset));
     if (p == MAP_FAILED) {
@@ -742,7 +483,7 @@ static vpmm_dres_t host_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size,
         /* MAP_FIXED may have torn the placeholder down before failing; put it back. */
         (void)placeholder((void *)va, size, MAP_FIXED);
         free(m);
-        return fail(h, e, VPMM_DRV_ERROR, errno_code(err));
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, errno_code(err));
     }
     m->va = va;
     m->size = size;
@@ -760,12 +501,12 @@ static vpmm_dres_t host_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     host_drv_t *h = (host_drv_t *)d;
     const vpmm_drv_entry_t e = VPMM_DRV_MEM_UNMAP;
     if (size == 0 || !gran_aligned(h, va) || !gran_aligned(h, size))
-        return fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(h, e);
     host_map_t *m = map_below(h, va + 1); /* the mapping starting at or below va */
     if (!m || m->va != va || m->size != size)
-        return fail_invalid(h, e); /* rule 3: exactly one whole mapping */
+        return vpmm_host_i_fail_invalid(h, e); /* rule 3: exactly one whole mapping */
     if (placeholder((void *)va, size, MAP_FIXED) == MAP_FAILED)
-        return fail(h, e, VPMM_DRV_ERROR, errno_code(errno));
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, errno_code(errno));
     host_handle_t *hd = m->handle;
     map_erase(h, m);
     h->counts.mappings--;
@@ -781,16 +522,16 @@ static vpmm_dres_t host_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
     host_drv_t *h = (host_drv_t *)d;
     const vpmm_drv_entry_t e = VPMM_DRV_SET_ACCESS;
     if (size == 0 || !gran_aligned(h, va) || !gran_aligned(h, size) || size > UINTPTR_MAX - va)
-        return fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(h, e);
     /* Every granule must be mapped; the range may span several adjacent mappings. */
     for (uintptr_t cur = va, end = va + size; cur < end;) {
         const host_map_t *m = map_below(h, cur + 1);
         if (!m || m->va + m->size <= cur)
-            return fail_invalid(h, e);
+            return vpmm_host_i_fail_invalid(h, e);
         cur = m->va + m->size;
     }
     if (mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0)
-        return fail(h, e, VPMM_DRV_ERROR, errno_code(errno));
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, errno_code(errno));
     return VPMM_DRV_OK;
 }
 
@@ -798,169 +539,9 @@ static vpmm_dres_t host_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t 
 {
     host_drv_t *h = (host_drv_t *)d;
     if (!out_free || !out_total)
-        return fail_invalid(h, VPMM_DRV_MEM_GET_INFO);
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_MEM_GET_INFO);
     *out_free = h->limit - h->counts.handle_bytes;
     *out_total = h->limit;
-    return VPMM_DRV_OK;
-}
-
-/* ---- entry points: events, streams, capture ----------------------------------------------- */
-
-static host_event_t *event_get(const host_drv_t *h, vpmm_drv_event_t ev)
-{
-    return slot_get(&h->events, (uint64_t)(uintptr_t)ev);
-}
-
-static vpmm_dres_t host_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
-{
-    host_drv_t *h = (host_drv_t *)d;
-    const vpmm_drv_entry_t e = VPMM_DRV_EVENT_CREATE;
-    if (!out_event)
-        return fail_invalid(h, e);
-    host_event_t *ev = calloc(1, sizeof *ev);
-    uint64_t id = ev ? slot_put(&h->events, ev) : 0;
-    if (id == 0) {
-        free(ev);
-        return fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
-    }
-    h->counts.events++;
-    *out_event = (vpmm_drv_event_t)(uintptr_t)id;
-    return VPMM_DRV_OK;
-}
-
-static vpmm_dres_t host_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
-{
-    host_drv_t *h = (host_drv_t *)d;
-    host_event_t *ev = event_get(h, event);
-    if (!ev)
-        return fail_invalid(h, VPMM_DRV_EVENT_DESTROY);
-    slot_drop(&h->events, (uint64_t)(uintptr_t)event);
-    free(ev);
-    h->counts.events--;
-    return VPMM_DRV_OK;
-}
-
-static vpmm_dres_t host_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, vpmm_stream_t stream)
-{
-    host_drv_t *h = (host_drv_t *)d;
-    const vpmm_drv_entry_t e = VPMM_DRV_EVENT_RECORD;
-    host_event_t *ev = event_get(h, event);
-    if (!ev)
-        return fail_invalid(h, e);
-    host_stream_t *st = stream_get(h, stream);
-    if (!st)
-        return fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
-    if (st->capture && st->capture->invalidated)
-        return fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
-    ev->stream = st;
-    if (st->capture) {
-        /* In a capture the record becomes a graph node: the event no longer tracks real work. */
-        ev->seq = 0;
-        ev->capture_id = st->capture->id;
-    } else {
-        ev->seq = st->enqueued;
-        ev->capture_id = 0;
-    }
-    return VPMM_DRV_OK;
-}
-
-static vpmm_dres_t host_event_query(vpmm_driver_t *d, vpmm_drv_event_t event)
-{
-    host_drv_t *h = (host_drv_t *)d;
-    const vpmm_drv_entry_t e = VPMM_DRV_EVENT_QUERY;
-    const host_event_t *ev = event_get(h, event);
-    if (!ev)
-        return fail_invalid(h, e);
-    if (ev->capture_id) {
-        /* CUDA: cudaErrorCapturedEvent, and the capture it belongs to is invalidated. After the
-         * capture ended the event still stands for graph work, not real work: keep failing. */
-        host_capture_t *c = capture_find(h, ev->capture_id);
-        if (c)
-            c->invalidated = 1;
-        return fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURED_EVENT);
-    }
-    if (ev->stream && ev->stream->completed < ev->seq)
-        return fail(h, e, VPMM_DRV_NOT_READY, CODE_NOT_READY);
-    return VPMM_DRV_OK; /* done, or never recorded (as CUDA) */
-}
-
-/*
- * Later work on stream waits for event. Outside capture this is a barrier; with a captured event
- * it makes the stream join that capture (CUDA's cross-stream capture). A capturing stream may only
- * wait on events captured in its own capture (a plain event would need cudaEventWaitExternal;
- * another capture's event would merge two graphs): both fail and invalidate, as in CUDA.
- */
-static vpmm_dres_t host_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream,
-                                          vpmm_drv_event_t event)
-{
-    host_drv_t *h = (host_drv_t *)d;
-    const vpmm_drv_entry_t e = VPMM_DRV_STREAM_WAIT_EVENT;
-    const host_event_t *ev = event_get(h, event);
-    if (!ev)
-        return fail_invalid(h, e);
-    host_stream_t *st = stream_get(h, stream);
-    if (!st || RESERVE(h->waits, h->waits_cap, h->n_waits + 1) ||
-        RESERVE(st->bar, st->bar_cap, st->bar_len + 1))
-        return fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
-    host_capture_t *mine = st->capture;
-    if (mine && mine->invalidated)
-        return fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
-
-    if (ev->capture_id) {
-        host_capture_t *theirs = capture_find(h, ev->capture_id);
-        if (!theirs)
-            return fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_ISOLATION); /* that graph is closed */
-        if (theirs->invalidated)
-            return fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
-        if (mine && mine != theirs) {
-            mine->invalidated = theirs->invalidated = 1;
-            return fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_MERGE);
-        }
-        st->capture = theirs; /* joins (or already in) the capture */
-    } else if (mine) {
-        mine->invalidated = 1;
-        return fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_ISOLATION);
-    } else if (ev->stream && ev->stream != st && ev->stream->completed < ev->seq) {
-        /* Barriers are appended in `at` order; merge with one for the same signaller and `at`. */
-        host_barrier_t *last = st->bar_len > st->bar_head ? &st->bar[st->bar_len - 1] : NULL;
-        if (last && last->at == st->enqueued && last->signaller == ev->stream)
-            last->seq = VPMM_MAX(last->seq, ev->seq);
-        else
-            st->bar[st->bar_len++] = (host_barrier_t){ st->enqueued, ev->stream, ev->seq };
-    }
-    h->waits[h->n_waits++] = (vpmm_host_wait_t){
-        .waiter = stream,
-        .signaller = ev->stream ? ev->stream->key : NULL,
-        .signal_seq = ev->seq,
-    };
-    return VPMM_DRV_OK;
-}
-
-static vpmm_dres_t host_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
-                                     vpmm_capture_status_t *out_status, uint64_t *out_id)
-{
-    host_drv_t *h = (host_drv_t *)d;
-    if (!out_status)
-        return fail_invalid(h, VPMM_DRV_CAPTURE_INFO); /* out_id is optional, as in CUDA */
-    const host_stream_t *st = stream_find(h, stream);
-    const host_capture_t *c = st ? st->capture : NULL;
-    *out_status =
-        !c ? VPMM_CAPTURE_NONE : (c->invalidated ? VPMM_CAPTURE_INVALIDATED : VPMM_CAPTURE_ACTIVE);
-    if (out_id)
-        *out_id = c ? c->id : 0;
-    return VPMM_DRV_OK;
-}
-
-static vpmm_dres_t host_synchronize(vpmm_driver_t *d)
-{
-    host_drv_t *h = (host_drv_t *)d;
-    if (h->captures) {
-        /* cudaDeviceSynchronize during a (global-mode) capture is illegal and invalidates it. */
-        for (host_capture_t *c = h->captures; c; c = c->next)
-            c->invalidated = 1;
-        return fail(h, VPMM_DRV_SYNCHRONIZE, VPMM_DRV_ERROR, CODE_CAPTURE_UNSUPPORTED);
-    }
-    complete_everything(h);
     return VPMM_DRV_OK;
 }
 
@@ -979,27 +560,12 @@ static void host_close(vpmm_driver_t *d)
         free(h->handle_list);
         h->handle_list = next;
     }
-    for (size_t i = 0; i < h->events.len; i++)
-        free(h->events.slots[i].obj);
-    for (size_t i = 0; i < h->stream_cap; i++) {
-        if (h->stream_tab[i]) {
-            free(h->stream_tab[i]->bar);
-            free(h->stream_tab[i]);
-        }
-    }
-    while (h->captures) {
-        host_capture_t *next = h->captures->next;
-        free(h->captures);
-        h->captures = next;
-    }
+    vpmm_host_i_stream_fini(h);
     if (h->fd >= 0)
         close(h->fd);
     free(h->ext);
     free(h->handles.slots);
-    free(h->events.slots);
     free(h->resv);
-    free(h->stream_tab);
-    free(h->waits);
     free(h);
 }
 
@@ -1036,173 +602,25 @@ vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
         .mem_map = host_mem_map,
         .mem_unmap = host_mem_unmap,
         .set_access = host_set_access,
-        .event_create = host_event_create,
-        .event_destroy = host_event_destroy,
-        .event_record = host_event_record,
-        .event_query = host_event_query,
-        .stream_wait_event = host_stream_wait_event,
-        .capture_info = host_capture_info,
+        .event_create = vpmm_host_i_event_create,
+        .event_destroy = vpmm_host_i_event_destroy,
+        .event_record = vpmm_host_i_event_record,
+        .event_query = vpmm_host_i_event_query,
+        .stream_wait_event = vpmm_host_i_stream_wait_event,
+        .capture_info = vpmm_host_i_capture_info,
         .mem_get_info = host_mem_get_info,
-        .synchronize = host_synchronize,
+        .synchronize = vpmm_host_i_synchronize,
         .close = host_close,
     };
     *out = &h->base;
     return VPMM_DRV_OK;
 }
 
-/* ---- test controls ------------------------------------------------------------------------ */
-
-vpmm_stream_t vpmm_host_stream_create(vpmm_driver_t *d)
-{
-    host_drv_t *h = as_host(d);
-    if (!h)
-        return NULL;
-    /* The token is the record's own address: no live stream record can share it, and it cannot
-     * collide with small integers tests use as streams. A foreign pointer registered earlier could
-     * equal it, so retry while the address is taken (keeping the rejects so malloc moves on). */
-    host_stream_t *reject[8];
-    size_t n_reject = 0;
-    host_stream_t *st = NULL;
-    while (n_reject < 8) {
-        st = calloc(1, sizeof *st);
-        if (!st || !stream_find(h, (vpmm_stream_t)(void *)st))
-            break;
-        reject[n_reject++] = st;
-        st = NULL;
-    }
-    while (n_reject)
-        free(reject[--n_reject]);
-    if (!st)
-        return NULL;
-    st->key = (vpmm_stream_t)(void *)st;
-    if (stream_insert(h, st) != 0) {
-        free(st);
-        return NULL;
-    }
-    return st->key;
-}
-
-uint64_t vpmm_host_enqueue(vpmm_driver_t *d, vpmm_stream_t s)
-{
-    host_drv_t *h = as_host(d);
-    host_stream_t *st = h ? stream_get(h, s) : NULL;
-    if (!st || st->capture)
-        return 0;
-    return ++st->enqueued;
-}
-
-void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s)
-{
-    host_drv_t *h = as_host(d);
-    host_stream_t *st = h ? stream_find(h, s) : NULL;
-    if (st)
-        stream_complete_to(st, st->enqueued);
-}
-
-size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
-{
-    host_drv_t *h = as_host(d);
-    host_stream_t *st = h ? stream_find(h, s) : NULL;
-    size_t done = 0;
-    if (!st)
-        return 0;
-    while (done < n && st->completed < st->enqueued) {
-        uint64_t next = st->completed + 1;
-        /* Live barriers have at ≥ completed, so those gating `next` sit at the head. Drop them
-         * as they are found satisfied: satisfaction is permanent (completed only grows). */
-        while (st->bar_head < st->bar_len && st->bar[st->bar_head].at < next) {
-            const host_barrier_t *b = &st->bar[st->bar_head];
-            if (b->signaller->completed < b->seq)
-                goto blocked;
-            st->bar_head++;
-        }
-        st->completed = next;
-        done++;
-    }
-blocked:
-    stream_compact(st);
-    return done;
-}
-
-void vpmm_host_complete_all(vpmm_driver_t *d)
-{
-    host_drv_t *h = as_host(d);
-    if (h)
-        complete_everything(h);
-}
-
-int vpmm_host_stream_idle(vpmm_driver_t *d, vpmm_stream_t s)
-{
-    host_drv_t *h = as_host(d);
-    const host_stream_t *st = h ? stream_find(h, s) : NULL;
-    return !st || st->completed == st->enqueued;
-}
-
-uint64_t vpmm_host_stream_enqueued(vpmm_driver_t *d, vpmm_stream_t s)
-{
-    host_drv_t *h = as_host(d);
-    const host_stream_t *st = h ? stream_find(h, s) : NULL;
-    return st ? st->enqueued : 0;
-}
-
-uint64_t vpmm_host_stream_completed(vpmm_driver_t *d, vpmm_stream_t s)
-{
-    host_drv_t *h = as_host(d);
-    const host_stream_t *st = h ? stream_find(h, s) : NULL;
-    return st ? st->completed : 0;
-}
-
-vpmm_dres_t vpmm_host_begin_capture(vpmm_driver_t *d, vpmm_stream_t s, uint64_t *out_id)
-{
-    host_drv_t *h = as_host(d);
-    if (!h)
-        return VPMM_DRV_INVALID;
-    if (!out_id)
-        return fail_call(h, call_begin_capture, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
-    host_stream_t *st = stream_get(h, s);
-    host_capture_t *c = st && !st->capture ? calloc(1, sizeof *c) : NULL;
-    if (!c) {
-        if (st && st->capture)
-            return fail_call(h, call_begin_capture, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
-        return fail_call(h, call_begin_capture, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
-    }
-    c->id = h->next_capture_id++;
-    c->origin = st;
-    c->next = h->captures;
-    h->captures = c;
-    st->capture = c;
-    *out_id = c->id;
-    return VPMM_DRV_OK;
-}
-
-vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s)
-{
-    host_drv_t *h = as_host(d);
-    if (!h)
-        return VPMM_DRV_INVALID;
-    host_stream_t *st = stream_find(h, s);
-    host_capture_t *c = st ? st->capture : NULL;
-    if (!c)
-        return fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
-    if (c->origin != st)
-        return fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_CAPTURE_UNMATCHED);
-    for (size_t i = 0; i < h->stream_cap; i++)
-        if (h->stream_tab[i] && h->stream_tab[i]->capture == c)
-            h->stream_tab[i]->capture = NULL;
-    host_capture_t **link = &h->captures;
-    while (*link != c)
-        link = &(*link)->next;
-    *link = c->next;
-    int invalidated = c->invalidated;
-    free(c);
-    if (invalidated)
-        return fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
-    return VPMM_DRV_OK;
-}
+/* ---- inspection --------------------------------------------------------------------------- */
 
 void vpmm_host_counts(vpmm_driver_t *d, vpmm_host_counts_t *out)
 {
-    host_drv_t *h = as_host(d);
+    host_drv_t *h = vpmm_host_i_as_host(d);
     if (!out)
         return;
     memset(out, 0, sizeof *out);
@@ -1212,27 +630,6 @@ void vpmm_host_counts(vpmm_driver_t *d, vpmm_host_counts_t *out)
     struct stat sb;
     if (fstat(h->fd, &sb) == 0)
         out->touched_bytes = (size_t)sb.st_blocks * 512u;
-}
-
-size_t vpmm_host_wait_count(vpmm_driver_t *d)
-{
-    host_drv_t *h = as_host(d);
-    return h ? h->n_waits : 0;
-}
-
-vpmm_host_wait_t vpmm_host_wait_at(vpmm_driver_t *d, size_t i)
-{
-    host_drv_t *h = as_host(d);
-    if (!h || i >= h->n_waits)
-        return (vpmm_host_wait_t){ 0 };
-    return h->waits[i];
-}
-
-void vpmm_host_wait_clear(vpmm_driver_t *d)
-{
-    host_drv_t *h = as_host(d);
-    if (h)
-        h->n_waits = 0;
 }
 
 /* ---- invariant check ---------------------------------------------------------------------- */
@@ -1286,7 +683,7 @@ static int cmp_extent(const void *a, const void *b)
 
 size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
 {
-    const host_drv_t *h = as_host(d);
+    const host_drv_t *h = vpmm_host_i_as_host(d);
     size_t bad = 0;
     CHECK_THAT(h != NULL, "not a host driver");
     if (!h)
@@ -1310,7 +707,7 @@ size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
         handle_bytes += hd->size;
         nmaps += hd->nmaps;
         CHECK_THAT(hd->id != 0 || hd->nmaps > 0, "I2 released handle with no mapping is alive");
-        CHECK_THAT(hd->id == 0 || slot_get(&h->handles, hd->id) == hd,
+        CHECK_THAT(hd->id == 0 || vpmm_host_i_slot_get(&h->handles, hd->id) == hd,
                    "I2 handle %#llx does not resolve to its record", (unsigned long long)hd->id);
         if (all && n_all < h->counts.handles)
             all[n_all++] = (host_extent_t){ hd->off, hd->size };
@@ -1385,7 +782,7 @@ size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
                        "I7 stream %p barrier %zu waits for work never enqueued", (void *)st->key,
                        j);
         }
-        CHECK_THAT(!st->capture || capture_find(h, st->capture->id) == st->capture,
+        CHECK_THAT(!st->capture || vpmm_host_i_capture_find(h, st->capture->id) == st->capture,
                    "I7 stream %p in an unknown capture", (void *)st->key);
     }
     CHECK_THAT(n_streams == h->n_streams, "I7 stream table holds %zu, counted %zu", n_streams,

@@ -5,8 +5,8 @@
  *
  * Thread-safety: none. An instance belongs to one pool and is called under its lock (driver.h,
  * rule 7); the vpmm_host_* helpers below must be called under the same lock (or from a test that
- * owns the instance). Invariants are written above struct host_drv in driver_host.c and checked by
- * vpmm_host_check(), which tests call after every mutation.
+ * owns the instance). Invariants are written above struct host_drv in driver_host_internal.h and
+ * checked by vpmm_host_check(), which tests call after every mutation.
  *
  * Every vpmm_host_* helper takes the vpmm_driver_t returned by vpmm_host_open (not a wrapper such
  * as driver_fault's: unwrap it with vpmm_fault_inner). Given anything else it does nothing and
@@ -104,9 +104,9 @@ vpmm_host_wait_t vpmm_host_wait_at(vpmm_driver_t *d, size_t i);
 void vpmm_host_wait_clear(vpmm_driver_t *d);
 
 /*
- * Checks every invariant listed above struct host_drv in driver_host.c and returns the number of
- * violations (each described on stderr when verbose is nonzero). A non-host d counts as one.
- * O(n log n) in the number of objects: for tests, not for hot paths.
+ * Checks every invariant listed above struct host_drv in driver_host_internal.h and returns the
+ * number of violations (each described on stderr when verbose is nonzero). A non-host d counts as
+ * one. O(n log n) in the number of objects: for tests, not for hot paths.
  */
 size_t vpmm_host_check(vpmm_driver_t *d, int verbose);
 

@@ -13,11 +13,10 @@
 
 #include "util.h"
 
-/* (a1, a2) < (b1, b2), lexicographically. Bitwise operators, not && and ||, so the compiler
- * emits flag arithmetic instead of branches that a random key would mispredict. */
+/* (a1, a2) < (b1, b2), lexicographically. */
 static inline int key_less(uint64_t a1, uint64_t a2, uint64_t b1, uint64_t b2)
 {
-    return (a1 < b1) | ((a1 == b1) & (a2 < b2));
+    return a1 < b1 || (a1 == b1 && a2 < b2);
 }
 
 static inline int is_red(const vpmm_rb_node_t *n)
@@ -352,9 +351,12 @@ vpmm_rb_node_t *vpmm_rb_lower_bound(const vpmm_rbtree_t *t, uint64_t key1, uint6
 
     /* Every node >= key is a candidate; the last one met going left is the smallest of them. */
     while (n != NULL) {
-        const int less = key_less(n->k1, n->k2, key1, key2);
-        best = less ? best : n;
-        n = less ? n->right : n->left;
+        if (key_less(n->k1, n->k2, key1, key2)) {
+            n = n->right;
+        } else {
+            best = n;
+            n = n->left;
+        }
     }
     return best;
 }

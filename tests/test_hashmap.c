@@ -3,7 +3,8 @@
  * and 2 MiB (they must spread, not cluster), growth at exactly 3/4 load, backward-shift deletion
  * (including runs that wrap past the end of the table), iteration, reserve, out-of-memory through
  * the allocation hook, and a seeded random stress against a plain array. vpmm_hmap_validate()
- * runs after every mutation (the large phases of the stress thin that out to stay fast).
+ * runs after every mutation wherever the table is small; the 100k-key tests and the large phases
+ * of the stress check at checkpoints instead, to stay fast under valgrind.
  *
  * Single-threaded. The allocation hook is process-wide; every test that sets it restores it.
  */

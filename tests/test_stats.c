@@ -24,8 +24,8 @@ static void test_counters(void **state)
     assert_int_equal(s.mallocs, 2);
     assert_int_equal(s.mapped_bytes, 4 * MiB);
     assert_int_equal(s.free_bytes, 4 * MiB - 1024 - 3 * MiB);
-    assert_int_equal(s.reserved_va_bytes, 64 * GiB);
-    assert_int_equal(s.hole_bytes, 64 * GiB - 4 * MiB);
+    assert_int_equal(s.reserved_va_bytes, 32 * GiB);
+    assert_int_equal(s.hole_bytes, 32 * GiB - 4 * MiB);
     assert_int_equal(s.pages_created, 2);
     assert_int_equal(s.grows, 2);
     assert_int_equal(s.streams, 1);

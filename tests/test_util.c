@@ -29,7 +29,7 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     cfg.ignore_env = 1;
     cfg.backend = VPMM_BACKEND_HOST;
     cfg.page_size = params->page_size;
-    cfg.va_size = params->va_size ? params->va_size : 64 * GiB;
+    cfg.va_size = params->va_size ? params->va_size : 32 * GiB; /* fits under valgrind too */
     cfg.prealloc_pages = params->prealloc;
     assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
     if (fault == NULL) {

@@ -35,7 +35,7 @@ typedef struct tpool {
 typedef struct tpool_params {
     size_t granularity;  /* 0 = 2 MiB */
     size_t page_size;    /* 0 = granularity */
-    size_t va_size;      /* 0 = 64 GiB (tests keep VA small) */
+    size_t va_size;      /* 0 = 32 GiB (tests keep VA small; valgrind caps the address space) */
     size_t prealloc;     /* VPMM_PAGES */
     size_t memory_limit; /* 0 = 80 GiB */
 } tpool_params_t;

@@ -1,0 +1,497 @@
+/*
+ * driver_host_stream.c — the simulated streams, events and capture of the host emulation backend
+ * (driver_host.h); driver_host.c owns the memory side and the instance's lifetime.
+ *
+ * Streams are bookkeeping only: a stream is a record in an open-addressing hash keyed by its
+ * vpmm_stream_t, with counters of enqueued and completed work items and the barriers that
+ * stream_wait_event put in its way; work advances only when a test says so (the vpmm_host_*
+ * controls) or on synchronize. Events are slot-table ids naming a (stream, sequence) point, or a
+ * capture. Captures follow CUDA's rules for joining, merging and invalidation. Also here: the
+ * stream-side entry points of the driver table and the wait log.
+ *
+ * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
+ * Invariants: I6 and I7 above struct host_drv in driver_host_internal.h, checked with the rest by
+ * vpmm_host_check() in driver_host.c. Failure atomicity (rule 1): each entry point allocates what
+ * it needs before its first visible change; event_destroy never allocates.
+ */
+#include "driver_host_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static const char call_begin_capture[] = "cuStreamBeginCapture";
+static const char call_end_capture[] = "cuStreamEndCapture";
+
+/* ---- streams ------------------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Where key lives in the table, or the empty slot where it would go (stream_cap > 0). */
+static size_t stream_slot(const host_drv_t *h, vpmm_stream_t key)
+{
+    size_t mask = h->stream_cap - 1;
+    size_t i = (size_t)mix64((uint64_t)(uintptr_t)key) & mask;
+    while (h->stream_tab[i] && h->stream_tab[i]->key != key)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static host_stream_t *stream_find(const host_drv_t *h, vpmm_stream_t key)
+{
+    return h->stream_cap ? h->stream_tab[stream_slot(h, key)] : NULL;
+}
+
+/* Adds st under st->key, which must be new. Keeps the load factor ≤ 1/2. */
+static int stream_insert(host_drv_t *h, host_stream_t *st)
+{
+    if ((h->n_streams + 1) * 2 > h->stream_cap) {
+        size_t old_cap = h->stream_cap, cap = old_cap ? old_cap * 2 : 16;
+        host_stream_t **old = h->stream_tab, **tab = calloc(cap, sizeof *tab);
+        if (!tab)
+            return -1;
+        h->stream_tab = tab;
+        h->stream_cap = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i])
+                tab[stream_slot(h, old[i]->key)] = old[i];
+        free(old);
+    }
+    h->stream_tab[stream_slot(h, st->key)] = st;
+    h->n_streams++;
+    return 0;
+}
+
+/* The stream for key, registered (no pending work) if new; NULL when out of host memory. */
+static host_stream_t *stream_get(host_drv_t *h, vpmm_stream_t key)
+{
+    host_stream_t *st = stream_find(h, key);
+    if (st)
+        return st;
+    st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->key = key;
+    if (stream_insert(h, st) != 0) {
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* Reclaims the consumed prefix of the barrier array. */
+static void stream_compact(host_stream_t *st)
+{
+    if (st->bar_head == st->bar_len) {
+        st->bar_head = st->bar_len = 0;
+    } else if (st->bar_head > st->bar_cap / 2) {
+        memmove(st->bar, st->bar + st->bar_head, (st->bar_len - st->bar_head) * sizeof *st->bar);
+        st->bar_len -= st->bar_head;
+        st->bar_head = 0;
+    }
+}
+
+/*
+ * Completes st up to item `target`, first completing what its barriers wait for. A barrier only
+ * names work enqueued before the barrier existed, so following barriers always goes back in time
+ * and the recursion ends; items before each barrier are marked done before recursing so that a
+ * path leading back to st finds them complete. `busy` is a belt-and-braces cycle guard.
+ */
+static void stream_complete_to(host_stream_t *st, uint64_t target)
+{
+    if (target > st->enqueued)
+        target = st->enqueued;
+    if (st->completed >= target || st->busy)
+        return;
+    st->busy = 1;
+    while (st->bar_head < st->bar_len && st->bar[st->bar_head].at < target) {
+        host_barrier_t b = st->bar[st->bar_head];
+        if (st->completed < b.at)
+            st->completed = b.at;
+        stream_complete_to(b.signaller, b.seq);
+        st->bar_head++;
+    }
+    st->completed = target;
+    stream_compact(st);
+    st->busy = 0;
+}
+
+static void complete_everything(host_drv_t *h)
+{
+    for (size_t i = 0; i < h->stream_cap; i++)
+        if (h->stream_tab[i])
+            stream_complete_to(h->stream_tab[i], h->stream_tab[i]->enqueued);
+}
+
+/* ---- captures ----------------------------------------------------------------------------- */
+
+host_capture_t *vpmm_host_i_capture_find(const host_drv_t *h, uint64_t id)
+{
+    host_capture_t *c = h->captures;
+    while (c && c->id != id)
+        c = c->next;
+    return c;
+}
+
+/* ---- entry points: events, streams, capture ----------------------------------------------- */
+
+static host_event_t *event_get(const host_drv_t *h, vpmm_drv_event_t ev)
+{
+    return vpmm_host_i_slot_get(&h->events, (uint64_t)(uintptr_t)ev);
+}
+
+vpmm_dres_t vpmm_host_i_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    const vpmm_drv_entry_t e = VPMM_DRV_EVENT_CREATE;
+    if (!out_event)
+        return vpmm_host_i_fail_invalid(h, e);
+    host_event_t *ev = calloc(1, sizeof *ev);
+    uint64_t id = ev ? vpmm_host_i_slot_put(&h->events, ev) : 0;
+    if (id == 0) {
+        free(ev);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    }
+    h->counts.events++;
+    *out_event = (vpmm_drv_event_t)(uintptr_t)id;
+    return VPMM_DRV_OK;
+}
+
+vpmm_dres_t vpmm_host_i_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    host_event_t *ev = event_get(h, event);
+    if (!ev)
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_EVENT_DESTROY);
+    vpmm_host_i_slot_drop(&h->events, (uint64_t)(uintptr_t)event);
+    free(ev);
+    h->counts.events--;
+    return VPMM_DRV_OK;
+}
+
+vpmm_dres_t vpmm_host_i_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, vpmm_stream_t stream)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    const vpmm_drv_entry_t e = VPMM_DRV_EVENT_RECORD;
+    host_event_t *ev = event_get(h, event);
+    if (!ev)
+        return vpmm_host_i_fail_invalid(h, e);
+    host_stream_t *st = stream_get(h, stream);
+    if (!st)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    if (st->capture && st->capture->invalidated)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
+    ev->stream = st;
+    if (st->capture) {
+        /* In a capture the record becomes a graph node: the event no longer tracks real work. */
+        ev->seq = 0;
+        ev->capture_id = st->capture->id;
+    } else {
+        ev->seq = st->enqueued;
+        ev->capture_id = 0;
+    }
+    return VPMM_DRV_OK;
+}
+
+vpmm_dres_t vpmm_host_i_event_query(vpmm_driver_t *d, vpmm_drv_event_t event)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    const vpmm_drv_entry_t e = VPMM_DRV_EVENT_QUERY;
+    const host_event_t *ev = event_get(h, event);
+    if (!ev)
+        return vpmm_host_i_fail_invalid(h, e);
+    if (ev->capture_id) {
+        /* CUDA: cudaErrorCapturedEvent, and the capture it belongs to is invalidated. After the
+         * capture ended the event still stands for graph work, not real work: keep failing. */
+        host_capture_t *c = vpmm_host_i_capture_find(h, ev->capture_id);
+        if (c)
+            c->invalidated = 1;
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURED_EVENT);
+    }
+    if (ev->stream && ev->stream->completed < ev->seq)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_NOT_READY, CODE_NOT_READY);
+    return VPMM_DRV_OK; /* done, or never recorded (as CUDA) */
+}
+
+/*
+ * Later work on stream waits for event. Outside capture this is a barrier; with a captured event
+ * it makes the stream join that capture (CUDA's cross-stream capture). A capturing stream may only
+ * wait on events captured in its own capture (a plain event would need cudaEventWaitExternal;
+ * another capture's event would merge two graphs): both fail and invalidate, as in CUDA.
+ */
+vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream,
+                                          vpmm_drv_event_t event)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    const vpmm_drv_entry_t e = VPMM_DRV_STREAM_WAIT_EVENT;
+    const host_event_t *ev = event_get(h, event);
+    if (!ev)
+        return vpmm_host_i_fail_invalid(h, e);
+    host_stream_t *st = stream_get(h, stream);
+    if (!st || RESERVE(h->waits, h->waits_cap, h->n_waits + 1) ||
+        RESERVE(st->bar, st->bar_cap, st->bar_len + 1))
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    host_capture_t *mine = st->capture;
+    if (mine && mine->invalidated)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
+
+    if (ev->capture_id) {
+        host_capture_t *theirs = vpmm_host_i_capture_find(h, ev->capture_id);
+        if (!theirs)
+            return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR,
+                                    CODE_CAPTURE_ISOLATION); /* that graph is closed */
+        if (theirs->invalidated)
+            return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
+        if (mine && mine != theirs) {
+            mine->invalidated = theirs->invalidated = 1;
+            return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_MERGE);
+        }
+        st->capture = theirs; /* joins (or already in) the capture */
+    } else if (mine) {
+        mine->invalidated = 1;
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_ISOLATION);
+    } else if (ev->stream && ev->stream != st && ev->stream->completed < ev->seq) {
+        /* Barriers are appended in `at` order; merge with one for the same signaller and `at`. */
+        host_barrier_t *last = st->bar_len > st->bar_head ? &st->bar[st->bar_len - 1] : NULL;
+        if (last && last->at == st->enqueued && last->signaller == ev->stream)
+            last->seq = VPMM_MAX(last->seq, ev->seq);
+        else
+            st->bar[st->bar_len++] = (host_barrier_t){ st->enqueued, ev->stream, ev->seq };
+    }
+    h->waits[h->n_waits++] = (vpmm_host_wait_t){
+        .waiter = stream,
+        .signaller = ev->stream ? ev->stream->key : NULL,
+        .signal_seq = ev->seq,
+    };
+    return VPMM_DRV_OK;
+}
+
+vpmm_dres_t vpmm_host_i_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
+                                     vpmm_capture_status_t *out_status, uint64_t *out_id)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    if (!out_status)
+        return vpmm_host_i_fail_invalid(h,
+                                        VPMM_DRV_CAPTURE_INFO); /* out_id is optional, as in CUDA */
+    const host_stream_t *st = stream_find(h, stream);
+    const host_capture_t *c = st ? st->capture : NULL;
+    *out_status =
+        !c ? VPMM_CAPTURE_NONE : (c->invalidated ? VPMM_CAPTURE_INVALIDATED : VPMM_CAPTURE_ACTIVE);
+    if (out_id)
+        *out_id = c ? c->id : 0;
+    return VPMM_DRV_OK;
+}
+
+vpmm_dres_t vpmm_host_i_synchronize(vpmm_driver_t *d)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    if (h->captures) {
+        /* cudaDeviceSynchronize during a (global-mode) capture is illegal and invalidates it. */
+        for (host_capture_t *c = h->captures; c; c = c->next)
+            c->invalidated = 1;
+        return vpmm_host_i_fail(h, VPMM_DRV_SYNCHRONIZE, VPMM_DRV_ERROR, CODE_CAPTURE_UNSUPPORTED);
+    }
+    complete_everything(h);
+    return VPMM_DRV_OK;
+}
+
+/* ---- test controls ------------------------------------------------------------------------ */
+
+vpmm_stream_t vpmm_host_stream_create(vpmm_driver_t *d)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    if (!h)
+        return NULL;
+    /* The token is the record's own address: no live stream record can share it, and it cannot
+     * collide with small integers tests use as streams. A foreign pointer registered earlier could
+     * equal it, so retry while the address is taken (keeping the rejects so malloc moves on). */
+    host_stream_t *reject[8];
+    size_t n_reject = 0;
+    host_stream_t *st = NULL;
+    while (n_reject < 8) {
+        st = calloc(1, sizeof *st);
+        if (!st || !stream_find(h, (vpmm_stream_t)(void *)st))
+            break;
+        reject[n_reject++] = st;
+        st = NULL;
+    }
+    while (n_reject)
+        free(reject[--n_reject]);
+    if (!st)
+        return NULL;
+    st->key = (vpmm_stream_t)(void *)st;
+    if (stream_insert(h, st) != 0) {
+        free(st);
+        return NULL;
+    }
+    return st->key;
+}
+
+uint64_t vpmm_host_enqueue(vpmm_driver_t *d, vpmm_stream_t s)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    host_stream_t *st = h ? stream_get(h, s) : NULL;
+    if (!st || st->capture)
+        return 0;
+    return ++st->enqueued;
+}
+
+void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    host_stream_t *st = h ? stream_find(h, s) : NULL;
+    if (st)
+        stream_complete_to(st, st->enqueued);
+}
+
+size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    host_stream_t *st = h ? stream_find(h, s) : NULL;
+    size_t done = 0;
+    if (!st)
+        return 0;
+    while (done < n && st->completed < st->enqueued) {
+        uint64_t next = st->completed + 1;
+        /* Live barriers have at ≥ completed, so those gating `next` sit at the head. Drop them
+         * as they are found satisfied: satisfaction is permanent (completed only grows). */
+        while (st->bar_head < st->bar_len && st->bar[st->bar_head].at < next) {
+            const host_barrier_t *b = &st->bar[st->bar_head];
+            if (b->signaller->completed < b->seq)
+                goto blocked;
+            st->bar_head++;
+        }
+        st->completed = next;
+        done++;
+    }
+blocked:
+    stream_compact(st);
+    return done;
+}
+
+void vpmm_host_complete_all(vpmm_driver_t *d)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    if (h)
+        complete_everything(h);
+}
+
+int vpmm_host_stream_idle(vpmm_driver_t *d, vpmm_stream_t s)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    const host_stream_t *st = h ? stream_find(h, s) : NULL;
+    return !st || st->completed == st->enqueued;
+}
+
+uint64_t vpmm_host_stream_enqueued(vpmm_driver_t *d, vpmm_stream_t s)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    const host_stream_t *st = h ? stream_find(h, s) : NULL;
+    return st ? st->enqueued : 0;
+}
+
+uint64_t vpmm_host_stream_completed(vpmm_driver_t *d, vpmm_stream_t s)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    const host_stream_t *st = h ? stream_find(h, s) : NULL;
+    return st ? st->completed : 0;
+}
+
+vpmm_dres_t vpmm_host_begin_capture(vpmm_driver_t *d, vpmm_stream_t s, uint64_t *out_id)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    if (!h)
+        return VPMM_DRV_INVALID;
+    if (!out_id)
+        return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+    host_stream_t *st = stream_get(h, s);
+    host_capture_t *c = st && !st->capture ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        if (st && st->capture)
+            return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
+        return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    }
+    c->id = h->next_capture_id++;
+    c->origin = st;
+    c->next = h->captures;
+    h->captures = c;
+    st->capture = c;
+    *out_id = c->id;
+    return VPMM_DRV_OK;
+}
+
+vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    if (!h)
+        return VPMM_DRV_INVALID;
+    host_stream_t *st = stream_find(h, s);
+    host_capture_t *c = st ? st->capture : NULL;
+    if (!c)
+        return vpmm_host_i_fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
+    if (c->origin != st)
+        return vpmm_host_i_fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_CAPTURE_UNMATCHED);
+    for (size_t i = 0; i < h->stream_cap; i++)
+        if (h->stream_tab[i] && h->stream_tab[i]->capture == c)
+            h->stream_tab[i]->capture = NULL;
+    host_capture_t **link = &h->captures;
+    while (*link != c)
+        link = &(*link)->next;
+    *link = c->next;
+    int invalidated = c->invalidated;
+    free(c);
+    if (invalidated)
+        return vpmm_host_i_fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
+    return VPMM_DRV_OK;
+}
+
+size_t vpmm_host_wait_count(vpmm_driver_t *d)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    return h ? h->n_waits : 0;
+}
+
+vpmm_host_wait_t vpmm_host_wait_at(vpmm_driver_t *d, size_t i)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    if (!h || i >= h->n_waits)
+        return (vpmm_host_wait_t){ 0 };
+    return h->waits[i];
+}
+
+void vpmm_host_wait_clear(vpmm_driver_t *d)
+{
+    host_drv_t *h = vpmm_host_i_as_host(d);
+    if (h)
+        h->n_waits = 0;
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+void vpmm_host_i_stream_fini(host_drv_t *h)
+{
+    for (size_t i = 0; i < h->events.len; i++)
+        free(h->events.slots[i].obj);
+    for (size_t i = 0; i < h->stream_cap; i++) {
+        if (h->stream_tab[i]) {
+            free(h->stream_tab[i]->bar);
+            free(h->stream_tab[i]);
+        }
+    }
+    while (h->captures) {
+        host_capture_t *next = h->captures->next;
+        free(h->captures);
+        h->captures = next;
+    }
+    free(h->events.slots);
+    free(h->stream_tab);
+    free(h->waits);
+}
