@@ -83,6 +83,8 @@ typedef struct vpmm_config {
     size_t va_size;   /* VPMM_VA_SIZE; 0 = 8 TiB; size of each reserved VA chunk */
     size_t prealloc_pages; /* VPMM_PAGES; 0 = none (grow on demand) */
     size_t host_memory;    /* VPMM_HOST_MEMORY; host backend's device memory; 0 = 80 GiB */
+    int cache_percent;     /* VPMM_CACHE_PERCENT; cap on the exact-size cache, in percent of
+                              mapped memory; -1 (default) = 10; 0 = no cache */
     int ignore_env;        /* nonzero: do not read VPMM_* variables */
 } vpmm_config_t;
 

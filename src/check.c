@@ -45,7 +45,7 @@ static size_t count_of(const vpmm_hmap_t *m, const void *key)
 }
 
 typedef struct sums {
-    size_t alloc, live, nalloc, free, hole, zombie, nready, npending, nholes, nzombies;
+    size_t alloc, live, nalloc, free, hole, zombie, nready, npending, ncached, nholes, nzombies;
     size_t live_pages, zombie_pages;
 } sums_t;
 
@@ -95,7 +95,17 @@ static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s
         break;
     case VPMM_REGION_FREE:
         s->free += r->size;
-        if (r->ready) {
+        if (r->cached) {
+            s->ncached++;
+            if (r->ready || r->stream == NULL)
+                fail(k, "cached region 0x%" PRIxPTR " is ready or has no stream", r->addr);
+            else {
+                bump(refs, r->stream, k);
+                if (r->seq > r->stream->recorded)
+                    fail(k, "I8: cached region 0x%" PRIxPTR " seq beyond its stream's markers",
+                         r->addr);
+            }
+        } else if (r->ready) {
             s->nready++;
             if (r->stream != NULL)
                 fail(k, "ready region 0x%" PRIxPTR " still names a stream", r->addr);
@@ -170,11 +180,35 @@ static void check_chunks(const vpmm_pool_t *p, sums_t *s, vpmm_hmap_t *refs, che
         fail(k, "chunk count %u != %u chunks listed", p->chunk_count, n);
 }
 
+/* I7 for the cache: each list holds cached FREE regions of this stream, all of its key's size. */
+static size_t check_cache(const vpmm_strm_t *t, checker_t *k)
+{
+    size_t n = 0, bytes = 0, pos;
+    uint64_t key;
+    void *val;
+    for (pos = vpmm_hmap_next(&t->cache, 0, &key, &val); pos < t->cache.cap;
+         pos = vpmm_hmap_next(&t->cache, pos + 1, &key, &val)) {
+        for (const vpmm_region_t *r = val; r; r = r->qnext, n++) {
+            bytes += r->size;
+            if (r->state != VPMM_REGION_FREE || !r->cached || r->stream != t || r->size != key)
+                fail(k,
+                     "I7: stream %p cache list for %" PRIu64
+                     " bytes holds a wrong region 0x%" PRIxPTR,
+                     (void *)t->handle, key, r->addr);
+        }
+    }
+    if (bytes != t->cached_bytes)
+        fail(k, "stream %p cached bytes %zu != %zu listed", (void *)t->handle, t->cached_bytes,
+             bytes);
+    return n;
+}
+
 static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_hmap_t *refs,
-                         size_t *npending, checker_t *k)
+                         size_t *npending, size_t *ncached, checker_t *k)
 {
     size_t n = 0, bytes = 0, dirty = 0;
     (void)p;
+    *ncached += check_cache(t, k);
     if (t->completed > t->recorded)
         fail(k, "I8: stream %p completed %" PRIu64 " > recorded %" PRIu64, (void *)t->handle,
              t->completed, t->recorded);
@@ -284,7 +318,7 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
     checker_t k = { report, 0 };
     sums_t s = { 0 };
     vpmm_hmap_t refs;
-    size_t va = 0, npending = 0, nlive = 0;
+    size_t va = 0, npending = 0, ncached = 0, nlive = 0;
 
     if (pool == NULL) {
         fail(&k, "pool is NULL");
@@ -299,14 +333,16 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
     for (const vpmm_strm_t *t = pool->streams; t; t = t->next, nlive++) {
         if (t->retired)
             fail(&k, "retired stream %p on the live list", (void *)t->handle);
-        check_stream(pool, t, &refs, &npending, &k);
+        check_stream(pool, t, &refs, &npending, &ncached, &k);
     }
     for (const vpmm_strm_t *t = pool->retired; t; t = t->next)
-        check_stream(pool, t, &refs, &npending, &k);
+        check_stream(pool, t, &refs, &npending, &ncached, &k);
     if (nlive != pool->stream_count)
         fail(&k, "stream count %zu != %zu listed", pool->stream_count, nlive);
     if (npending != s.npending)
         fail(&k, "I7: %zu pending regions, %zu on stream lists", s.npending, npending);
+    if (ncached != s.ncached)
+        fail(&k, "I7: %zu cached regions, %zu in stream caches", s.ncached, ncached);
     check_phys(pool, &s, &k);
     check_counters(pool, &s, va, &k);
     check_indexes(pool, &s, &k);

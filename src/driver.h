@@ -32,7 +32,9 @@
  *     blocks the host until the device is idle (used by pool destruction only).
  *  6. Capture. capture_info reports whether a stream is being captured into a graph and the
  *     capture's id. event_query on an event recorded in a capturing stream is an error (and, in
- *     CUDA, invalidates the capture): callers never do it.
+ *     CUDA, invalidates the capture): callers never do it. The legacy default stream (NULL, or
+ *     CU_STREAM_LEGACY = 0x1) is never captured — CUDA refuses to begin a capture on it, and so
+ *     does the host backend — so callers may skip the query for it (the malloc hot path does).
  *  7. Threads. A driver instance belongs to one pool and is called under that pool's lock.
  *     close() releases everything the instance itself holds (not the caller's handles).
  */

@@ -77,6 +77,7 @@ static struct cu_api {
     PFN_cuDevicePrimaryCtxRelease_v11000 primary_ctx_release;
     PFN_cuCtxGetCurrent_v4000 ctx_get_current;
     PFN_cuCtxGetDevice_v2000 ctx_get_device;
+    PFN_cuCtxSetCurrent_v4000 ctx_set_current;
     PFN_cuCtxPushCurrent_v4000 ctx_push_current;
     PFN_cuCtxPopCurrent_v4000 ctx_pop_current;
     PFN_cuCtxSynchronize_v2000 ctx_synchronize;
@@ -153,6 +154,7 @@ static void cu_load_once(void)
     CU_RESOLVE(primary_ctx_release, "cuDevicePrimaryCtxRelease", 11000);
     CU_RESOLVE(ctx_get_current, "cuCtxGetCurrent", 4000);
     CU_RESOLVE(ctx_get_device, "cuCtxGetDevice", 2000);
+    CU_RESOLVE(ctx_set_current, "cuCtxSetCurrent", 4000);
     CU_RESOLVE(ctx_push_current, "cuCtxPushCurrent", 4000);
     CU_RESOLVE(ctx_pop_current, "cuCtxPopCurrent", 4000);
     CU_RESOLVE(ctx_synchronize, "cuCtxSynchronize", 2000);
@@ -285,6 +287,15 @@ static vpmm_dres_t cu_ctx_enter(cuda_driver_t *cd, int *pushed)
         return cu_fail(cd, r, "cuCtxGetCurrent");
     if (cur == cd->ctx)
         return VPMM_DRV_OK;
+    if (cur == NULL) {
+        /* A thread with no context gets our device's primary context and keeps it, exactly as
+         * the runtime does on a thread's first CUDA call: later calls then cost one
+         * cuCtxGetCurrent, not a push and a pop (which is what the malloc hot path needs). */
+        r = g_cu.ctx_set_current(cd->ctx);
+        if (r != CUDA_SUCCESS)
+            return cu_fail(cd, r, "cuCtxSetCurrent");
+        return VPMM_DRV_OK;
+    }
     r = g_cu.ctx_push_current(cd->ctx);
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuCtxPushCurrent");

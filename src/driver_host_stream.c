@@ -254,6 +254,11 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
             mine->invalidated = theirs->invalidated = 1;
             return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_MERGE);
         }
+        if ((uintptr_t)stream <= 1) {
+            /* The legacy default stream cannot join a capture (CUDA: implicit dependency). */
+            theirs->invalidated = 1;
+            return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_IMPLICIT);
+        }
         st->capture = theirs; /* joins (or already in) the capture */
     } else if (mine) {
         mine->invalidated = 1;
@@ -412,6 +417,9 @@ vpmm_dres_t vpmm_host_begin_capture(vpmm_driver_t *d, vpmm_stream_t s, uint64_t 
         return VPMM_DRV_INVALID;
     if (!out_id)
         return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+    if ((uintptr_t)s <= 1) /* CUDA: capture is not supported on the legacy default stream */
+        return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_NOT_SUPPORTED,
+                                     CODE_CAPTURE_UNSUPPORTED);
     host_stream_t *st = stream_get(h, s);
     host_capture_t *c = st && !st->capture ? calloc(1, sizeof *c) : NULL;
     if (!c) {

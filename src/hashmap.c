@@ -13,6 +13,7 @@
 #include "hashmap.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -108,6 +109,14 @@ void vpmm_hmap_fini(vpmm_hmap_t *m)
     m->count = 0;
 }
 
+void vpmm_hmap_clear(vpmm_hmap_t *m)
+{
+    /* Keys and values are one allocation (rule 1); empty slots hold NULL values (rule 3). */
+    if (m->keys != NULL)
+        memset(m->keys, 0, m->cap * (sizeof *m->keys + sizeof *m->vals));
+    m->count = 0;
+}
+
 void *vpmm_hmap_get(const vpmm_hmap_t *m, uint64_t key)
 {
     const size_t mask = m->cap - 1;
@@ -164,6 +173,39 @@ int vpmm_hmap_put(vpmm_hmap_t *m, uint64_t key, void *val)
     m->vals[i] = val;
     m->count++;
     return 0;
+}
+
+void **vpmm_hmap_ref(const vpmm_hmap_t *m, uint64_t key)
+{
+    const size_t mask = m->cap - 1;
+    size_t i = home_slot(key, m->cap);
+    uint64_t k;
+    while ((k = m->keys[i]) != 0) {
+        if (k == key)
+            return &m->vals[i];
+        i = (i + 1) & mask;
+    }
+    return NULL;
+}
+
+void **vpmm_hmap_ref_insert(vpmm_hmap_t *m, uint64_t key)
+{
+    const size_t mask = m->cap - 1;
+    size_t i = home_slot(key, m->cap);
+    uint64_t k;
+    if (VPMM_UNLIKELY(key == 0))
+        return NULL;
+    while ((k = m->keys[i]) != 0) {
+        if (k == key)
+            return &m->vals[i];
+        i = (i + 1) & mask;
+    }
+    if (VPMM_UNLIKELY(m->count >= max_count(m->cap)))
+        return NULL; /* the caller did not reserve room */
+    m->keys[i] = key;
+    m->vals[i] = NULL;
+    m->count++;
+    return &m->vals[i];
 }
 
 /*

@@ -41,6 +41,9 @@ int vpmm_hmap_init(vpmm_hmap_t *m, size_t initial_capacity);
 void vpmm_hmap_fini(vpmm_hmap_t *m);
 
 /* The value stored under key, NULL if absent (and for key 0). */
+/* Removes every entry, keeping the capacity (no allocation; cannot fail). */
+void vpmm_hmap_clear(vpmm_hmap_t *m);
+
 void *vpmm_hmap_get(const vpmm_hmap_t *m, uint64_t key);
 
 /*
@@ -51,6 +54,15 @@ int vpmm_hmap_put(vpmm_hmap_t *m, uint64_t key, void *val);
 
 /* Removes key and returns its value; NULL if absent. Never allocates, never shrinks the table. */
 void *vpmm_hmap_remove(vpmm_hmap_t *m, uint64_t key);
+
+/*
+ * The value slot of key, for read-modify-write in one probe: vpmm_hmap_ref returns NULL when key
+ * is absent; vpmm_hmap_ref_insert adds it (value NULL) when absent. ref_insert needs room for one
+ * more new key (vpmm_hmap_reserve(m, 1)); it returns NULL only for key 0 or without room. A slot
+ * stays valid until the next put, insert or remove.
+ */
+void **vpmm_hmap_ref(const vpmm_hmap_t *m, uint64_t key);
+void **vpmm_hmap_ref_insert(vpmm_hmap_t *m, uint64_t key);
 
 /*
  * Grows the table, if needed, so that `extra` further puts of new keys cannot fail. Returns 0, or

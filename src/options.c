@@ -23,6 +23,7 @@ vpmm_status_t vpmm_config_init(vpmm_config_t *config)
     memset(config, 0, sizeof *config);
     config->backend = VPMM_BACKEND_AUTO;
     config->device = -1;
+    config->cache_percent = -1;
     return VPMM_SUCCESS;
 }
 
@@ -171,9 +172,10 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
 {
     vpmm_config_t defaults;
     vpmm_options_t o;
-    size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0;
+    size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0, env_cache = 0;
     vpmm_option_source_t page_src = VPMM_FROM_DEFAULT, va_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
+    vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT;
     vpmm_backend_t env_back = VPMM_BACKEND_AUTO;
 
     if (config == NULL) {
@@ -184,6 +186,11 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
         config->backend != VPMM_BACKEND_HOST) {
         vpmm_i_set_error("config.backend=%d: expected VPMM_BACKEND_AUTO, _CUDA or _HOST",
                          (int)config->backend);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
+    if (config->cache_percent < -1 || config->cache_percent > 100) {
+        vpmm_i_set_error("config.cache_percent=%d: expected -1 (default) or 0 to 100",
+                         config->cache_percent);
         return VPMM_ERROR_INVALID_CONFIG;
     }
     if (config->device < -1) {
@@ -199,6 +206,12 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
         VPMM_CHECK(env_size("VPMM_VA_SIZE", &env_va, &va_src, 0));
         VPMM_CHECK(env_size("VPMM_PAGES", &env_pages, &pages_src, 1));
         VPMM_CHECK(env_size("VPMM_HOST_MEMORY", &env_host, &host_src, 0));
+        VPMM_CHECK(env_size("VPMM_CACHE_PERCENT", &env_cache, &cache_src, 1));
+        if (cache_src == VPMM_FROM_ENV && env_cache > 100) {
+            vpmm_i_set_error("VPMM_CACHE_PERCENT='%s': expected 0 to 100",
+                             getenv("VPMM_CACHE_PERCENT"));
+            return VPMM_ERROR_INVALID_ENV;
+        }
         if (page_src == VPMM_FROM_ENV && env_page == 0) {
             vpmm_i_set_error("VPMM_PAGE_SIZE='%s': the page size must be positive",
                              getenv("VPMM_PAGE_SIZE"));
@@ -233,6 +246,11 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     }
     if (o.host_memory == 0)
         o.host_memory = VPMM_DEFAULT_HOST_MEMORY;
+    if (config->cache_percent >= 0)
+        o.cache_percent = (unsigned)config->cache_percent;
+    else
+        o.cache_percent =
+            cache_src == VPMM_FROM_ENV ? (unsigned)env_cache : VPMM_DEFAULT_CACHE_PERCENT;
     *out = o;
     return VPMM_SUCCESS;
 }

@@ -13,8 +13,9 @@
 
 #include "vpmm.h"
 
-#define VPMM_DEFAULT_VA_SIZE     ((size_t)8 << 40) /* 8 TiB: reserving VA costs ~13 us, no memory */
-#define VPMM_DEFAULT_HOST_MEMORY ((size_t)80 << 30) /* an H100's worth */
+#define VPMM_DEFAULT_VA_SIZE       ((size_t)8 << 40) /* 8 TiB: reserving VA costs ~13 us, no memory */
+#define VPMM_DEFAULT_HOST_MEMORY   ((size_t)80 << 30) /* an H100's worth */
+#define VPMM_DEFAULT_CACHE_PERCENT 10 /* bench/RESULTS.md: footprint vs hot path, measured */
 
 /* Where each setting came from, so an error can name the knob the user actually touched. */
 typedef enum vpmm_option_source {
@@ -30,6 +31,7 @@ typedef struct vpmm_options {
     size_t va_size;
     size_t prealloc_pages;
     size_t host_memory;
+    unsigned cache_percent;
     vpmm_option_source_t page_size_src, va_size_src, prealloc_src;
 } vpmm_options_t;
 

@@ -83,4 +83,5 @@ void vpmm_i_phys_link(vpmm_pool_t *p, vpmm_phys_t *ph, uintptr_t va)
     p->phys_count++;
     vpmm_hmap_put(&p->maps, va, ph); /* room reserved by the caller */
     p->c.mapped_bytes += ph->size;
+    vpmm_i_cache_limit_update(p);
 }

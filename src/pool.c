@@ -2,13 +2,16 @@
  * pool.c — the public entry points: create, destroy, malloc, free, stream release.
  *
  * vpmm_malloc runs the phases of docs/ALGORITHM.md in order and stops at the first that finds room:
- *   1a  best fit among memory the stream can use without waiting (its own frees, ready memory);
- *       this is the hot path: two tree lookups, a split, a hash insert; no driver call but one
- *       capture-status query;
- *    0  (slow path from here) unmap zombies whose GPU work is done;
+ *   1a  a block of exactly this size freed earlier on this stream (cache.c) — the hot path: two
+ *       hash operations, no tree, no driver call but one capture-status query; else best fit
+ *       among memory the stream can use without waiting (its own frees, ready memory);
+ *    0  (slow path from here) flush every stream's cache and retry 1a; unmap zombies whose GPU
+ *       work is done;
  *   1b  poll other streams' markers (recording one where frees are unmarked), retry 1a;
  *   1c  best fit among other streams' pending memory, with a GPU-side wait;
  *    2  defragment / grow: map pages into a hole (policy.c decides, defrag.c executes).
+ * vpmm_free puts the block into its stream's exact-size cache (cache.c: no coalescing until a slow
+ * path or until the cache reaches opt.cache_percent of mapped memory), else frees and coalesces.
  * Every public call takes the pool lock for its whole duration (thread-safe, one at a time).
  * Invariants (pool.h) are checked by vpmm_pool_check (check.c).
  */
@@ -164,6 +167,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     }
     VPMM_CHECK_GOTO(st, vpmm_i_options_finish(&p->opt, gran), fail_pool);
     p->page_size = p->opt.page_size;
+    vpmm_i_cache_limit_update(p);
     VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &c), fail_pool);
     if (p->opt.prealloc_pages > 0)
         VPMM_CHECK_GOTO(st, preallocate(p, p->opt.prealloc_pages), fail_teardown);
@@ -241,7 +245,18 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
 
 /* ---- malloc / free ------------------------------------------------------------------------- */
 
-/* Takes `rsize` bytes from the start of FREE region r for stream s. */
+/* Turns an unindexed region into an allocation of stream s. */
+static void make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s, size_t requested)
+{
+    r->state = VPMM_REGION_ALLOCATED;
+    r->ready = 0;
+    r->stream = s;
+    r->seq = 0;
+    r->requested = requested;
+    vpmm_i_index_add(p, r);
+}
+
+/* Takes `rsize` bytes from the start of the indexed FREE region r for stream s. */
 static vpmm_region_t *allocate_from(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s, size_t rsize,
                                     size_t requested)
 {
@@ -250,12 +265,7 @@ static vpmm_region_t *allocate_from(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_
         vpmm_region_t *rest = vpmm_i_region_split(p, r, r->addr + rsize);
         vpmm_i_index_add(p, rest); /* same owner and state; its neighbours were not mergeable */
     }
-    r->state = VPMM_REGION_ALLOCATED;
-    r->ready = 0;
-    r->stream = s;
-    r->seq = 0;
-    r->requested = requested;
-    vpmm_i_index_add(p, r);
+    make_allocated(p, r, s, requested);
     return r;
 }
 
@@ -266,6 +276,13 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     vpmm_region_t *r;
     vpmm_status_t st;
 
+    /* Everything below must see fully coalesced memory: no region stays cached. */
+    vpmm_i_cache_flush_all(p);
+    r = vpmm_i_fit_nowait(p, s, rsize);
+    if (r != NULL) {
+        *out = r;
+        return VPMM_SUCCESS;
+    }
     vpmm_i_reclaim_zombies(p);
     vpmm_i_stream_poll_all(p, s);
     r = vpmm_i_fit_nowait(p, s, rsize);
@@ -335,7 +352,12 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     }
 
     vpmm_i_lock(pool);
-    st = vpmm_i_drv_status(pool, pool->drv->capture_info(pool->drv, stream, &cap, &capture_id));
+    /* The legacy default stream is never captured (driver.h rule 6): no query on its hot path. */
+    cap = VPMM_CAPTURE_NONE;
+    capture_id = 0;
+    st = VPMM_SUCCESS;
+    if (!vpmm_i_stream_is_legacy(stream))
+        st = vpmm_i_drv_status(pool, pool->drv->capture_info(pool->drv, stream, &cap, &capture_id));
     if (VPMM_UNLIKELY(st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE)) {
         vpmm_i_set_error("vpmm_malloc: stream %p is being captured (capture %llu)", (void *)stream,
                          (unsigned long long)capture_id);
@@ -344,24 +366,30 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     if (st != VPMM_SUCCESS)
         goto out;
     s = vpmm_i_stream_get(pool, stream);
-    if (s == NULL || vpmm_i_region_reserve(pool, 4) != VPMM_SUCCESS ||
+    if (s == NULL ||
+        (VPMM_UNLIKELY(pool->spare_count < 4) && vpmm_i_region_reserve(pool, 4) != VPMM_SUCCESS) ||
         vpmm_hmap_reserve(&pool->allocs, 1) != 0) {
         vpmm_i_set_error("vpmm_malloc: out of host memory for bookkeeping");
         st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
         goto out;
     }
-    r = vpmm_i_fit_nowait(pool, s, rsize);
-    if (VPMM_UNLIKELY(r == NULL)) {
-        st = malloc_slow(pool, s, rsize, &r);
-        if (st != VPMM_SUCCESS) {
-            if (st == VPMM_ERROR_OUT_OF_MEMORY) {
-                pool->c.ooms++;
-                explain_oom(pool, size);
+    r = vpmm_i_cache_take(pool, s, rsize);
+    if (VPMM_LIKELY(r != NULL)) {
+        make_allocated(pool, r, s, size); /* the hot path: an exact-size block of this stream */
+    } else {
+        r = vpmm_i_fit_nowait(pool, s, rsize);
+        if (VPMM_UNLIKELY(r == NULL)) {
+            st = malloc_slow(pool, s, rsize, &r);
+            if (st != VPMM_SUCCESS) {
+                if (st == VPMM_ERROR_OUT_OF_MEMORY) {
+                    pool->c.ooms++;
+                    explain_oom(pool, size);
+                }
+                goto out;
             }
-            goto out;
         }
+        r = allocate_from(pool, r, s, rsize, size);
     }
-    r = allocate_from(pool, r, s, rsize, size);
     pool->c.mallocs++;
     vpmm_i_note_peaks(pool);
     *out_ptr = (void *)r->addr;
@@ -397,15 +425,18 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
     if (ptr == NULL)
         return VPMM_SUCCESS;
     vpmm_i_lock(pool);
-    r = vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr);
+    /* One probe: the allocation leaves the table as it is found. */
+    r = vpmm_hmap_remove(&pool->allocs, (uintptr_t)ptr);
     if (VPMM_UNLIKELY(r == NULL)) {
         st = bad_pointer(pool, ptr);
         goto out;
     }
-    vpmm_i_index_del(pool, r);
-    vpmm_i_region_set_free(pool, r, r->stream);
-    vpmm_i_index_add(pool, r);
-    vpmm_i_region_coalesce(pool, r);
+    vpmm_i_alloc_forget(pool, r);
+    if (vpmm_i_cache_put(pool, r->stream, r) != 0) {
+        vpmm_i_region_set_free(pool, r, r->stream);
+        vpmm_i_index_add(pool, r);
+        vpmm_i_region_coalesce(pool, r);
+    }
     pool->c.frees++;
 out:
     vpmm_i_unlock(pool);

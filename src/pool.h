@@ -26,12 +26,13 @@
  *      mapped live exactly once, and phys->zombie_maps = its zombie mappings.
  *  I5  Accounting: allocated + free + hole + zombie bytes = reserved_va_bytes = Σ chunk sizes,
  *      each byte counter equal to the sum over regions in that state.
- *  I6  Coalescing: no two adjacent HOLEs; no two adjacent FREE regions that are both ready or
- *      both pending on the same stream.
+ *  I6  Coalescing: no two adjacent HOLEs; no two adjacent uncached FREE regions that are both
+ *      ready or both pending on the same stream (cached regions are never merged: cache.c).
  *  I7  Indexes: ALLOCATED regions are exactly the entries of allocs (by address); ready FREE
  *      regions exactly the ready tree; pending FREE regions exactly their stream's free_tree and,
- *      in nondecreasing seq order, its pending list; HOLEs exactly the holes tree; ZOMBIEs exactly
- *      the zombie list; every tree is a valid red-black tree keyed (size, addr).
+ *      in nondecreasing seq order, its pending list; cached FREE regions exactly the lists of
+ *      their stream's cache, under their size; HOLEs exactly the holes tree; ZOMBIEs exactly the
+ *      zombie list; every tree is a valid red-black tree keyed (size, addr).
  *  I8  Markers: completed <= recorded for every stream; a pending region has
  *      completed <= seq <= recorded; a stream is `dirty` iff some pending region has seq ==
  * recorded.
@@ -72,8 +73,10 @@ struct vpmm_region {
     vpmm_chunk_t *chunk;
     vpmm_region_state_t state;
     int ready;                    /* FREE only: in the pool's ready tree */
+    int cached;                   /* FREE only: in its stream's exact-size cache (cache.c) */
     vpmm_rb_node_t node;          /* FREE: ready tree or stream free_tree; HOLE: holes tree */
-    vpmm_region_t *qprev, *qnext; /* pending FREE: stream pending list; ZOMBIE: zombie list */
+    vpmm_region_t *qprev, *qnext; /* pending FREE: stream pending list; cached FREE: its cache
+                                     list; ZOMBIE: zombie list */
     vpmm_strm_t *stream;          /* ALLOCATED: allocating stream; pending FREE: freeing stream;
                                      ZOMBIE: stream whose marker guards it (NULL: already safe) */
     uint64_t seq;                 /* pending FREE and ZOMBIE: the marker that covers it */
@@ -87,6 +90,8 @@ struct vpmm_strm {
     vpmm_rbtree_t free_tree; /* pending FREE regions of this stream, keyed (size, addr) */
     vpmm_region_t *pend_head, *pend_tail; /* the same regions in seq order */
     size_t pending_bytes;
+    vpmm_hmap_t cache; /* size -> newest cached FREE region (a LIFO list through qnext) */
+    size_t cached_bytes;
     /* Markers [completed, recorded) are in flight; marker i lives in ring[i % ring_cap]. */
     vpmm_drv_event_t *ring;
     size_t ring_cap;
@@ -146,7 +151,9 @@ struct vpmm_pool {
     void **slabs; /* blocks of region nodes, freed at destroy */
     size_t slab_count, slab_cap;
 
-    uint64_t clock; /* increments on every free */
+    uint64_t clock;      /* increments on every free */
+    size_t cached_bytes; /* in every stream's cache (cache.c) */
+    size_t cache_limit;  /* cached_bytes may not exceed it: opt.cache_percent of mapped */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
     const char *drv_call;
@@ -168,6 +175,12 @@ vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r);
 void vpmm_i_lock(const vpmm_pool_t *p);
 void vpmm_i_unlock(const vpmm_pool_t *p);
 
+/* The legacy default stream (NULL, or CU_STREAM_LEGACY = 0x1): never captured, driver.h rule 6. */
+static inline int vpmm_i_stream_is_legacy(vpmm_stream_t s)
+{
+    return (uintptr_t)s <= 1;
+}
+
 /* ---- regions and indexes (region.c) -------------------------------------------------------- */
 
 /* Makes sure n region nodes can be taken without allocating (so commits cannot fail). */
@@ -175,6 +188,9 @@ vpmm_status_t vpmm_i_region_reserve(vpmm_pool_t *p, size_t n);
 vpmm_region_t *vpmm_i_region_take(vpmm_pool_t *p);
 void vpmm_i_region_give(vpmm_pool_t *p, vpmm_region_t *r);
 void vpmm_i_region_slabs_free(vpmm_pool_t *p);
+
+/* An allocation's counters, once it has left the allocation table (vpmm_free's one probe). */
+void vpmm_i_alloc_forget(vpmm_pool_t *p, vpmm_region_t *r);
 
 /* Adds r (state and fields set) to the index and byte counter of its state, or removes it. */
 void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r);
@@ -238,6 +254,18 @@ vpmm_status_t vpmm_i_stream_fini_all(vpmm_pool_t *p);
 /* An event for a new marker: reused from the idle list or created. */
 vpmm_status_t vpmm_i_event_get(vpmm_pool_t *p, vpmm_drv_event_t *out);
 void vpmm_i_event_put(vpmm_pool_t *p, vpmm_drv_event_t ev);
+
+/* ---- exact-size cache (cache.c) ------------------------------------------------------------ */
+
+/* Caches an unindexed, just-freed region on its stream; -1 (nothing changed) if it cannot. */
+int vpmm_i_cache_put(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_region_t *r);
+/* A cached region of exactly `size` bytes of stream s, uncached and unindexed; or NULL. */
+vpmm_region_t *vpmm_i_cache_take(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+/* Returns a stream's (every stream's) cached regions to the ordinary free states, coalesced. */
+void vpmm_i_cache_flush(vpmm_pool_t *p, vpmm_strm_t *s);
+void vpmm_i_cache_flush_all(vpmm_pool_t *p);
+/* Recomputes cache_limit after mapped_bytes changed. */
+void vpmm_i_cache_limit_update(vpmm_pool_t *p);
 
 /* ---- physical pages and mappings (pages.c) ------------------------------------------------- */
 

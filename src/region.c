@@ -138,15 +138,20 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
     }
 }
 
+void vpmm_i_alloc_forget(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    p->c.allocated_bytes -= r->size;
+    p->c.live_bytes -= r->requested;
+    p->c.live_allocs--;
+    r->stream->refs--;
+}
+
 void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
 {
     switch (r->state) {
     case VPMM_REGION_ALLOCATED:
         vpmm_hmap_remove(&p->allocs, r->addr);
-        p->c.allocated_bytes -= r->size;
-        p->c.live_bytes -= r->requested;
-        p->c.live_allocs--;
-        r->stream->refs--;
+        vpmm_i_alloc_forget(p, r);
         break;
     case VPMM_REGION_FREE:
         p->c.free_bytes -= r->size;
@@ -212,7 +217,7 @@ void vpmm_i_region_absorb_next(vpmm_pool_t *p, vpmm_region_t *r)
 
 int vpmm_i_free_mergeable(const vpmm_region_t *a, const vpmm_region_t *b)
 {
-    if (a->state != VPMM_REGION_FREE || b->state != VPMM_REGION_FREE)
+    if (a->state != VPMM_REGION_FREE || b->state != VPMM_REGION_FREE || a->cached || b->cached)
         return 0;
     if (a->ready || b->ready)
         return a->ready && b->ready;

@@ -34,6 +34,11 @@ vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle)
         vpmm_i_set_error("out of host memory for stream bookkeeping");
         return NULL;
     }
+    if (vpmm_hmap_init(&s->cache, 16) != 0) {
+        free(s);
+        vpmm_i_set_error("out of host memory for stream bookkeeping");
+        return NULL;
+    }
     s->handle = handle;
     vpmm_rb_init(&s->free_tree);
     s->next = p->streams;
@@ -191,6 +196,7 @@ static vpmm_status_t stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
             first = st;
     }
     free(s->ring);
+    vpmm_hmap_fini(&s->cache);
     free(s);
     return first;
 }
@@ -222,6 +228,8 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
 vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)
 {
     vpmm_strm_t **link;
+    if (s->cache.count != 0)
+        vpmm_i_cache_flush(p, s); /* a retired stream keeps no cache */
     if (s->refs > 0) {
         /* Its final marker covers everything it did; later frees of its allocations use it. */
         VPMM_CHECK(vpmm_i_stream_mark(p, s, s->recorded));

@@ -373,6 +373,57 @@ static void test_iteration(void **state)
     vpmm_hmap_fini(&m);
 }
 
+/* clear forgets every entry, keeps the table, and the map works as new afterwards. */
+static void test_clear(void **state)
+{
+    vpmm_hmap_t m;
+    size_t cap;
+    (void)state;
+    assert_int_equal(vpmm_hmap_init(&m, 16), 0);
+    for (uint64_t k = 1; k <= 100; k++)
+        assert_int_equal(vpmm_hmap_put(&m, k << 21, (void *)(uintptr_t)k), 0);
+    cap = m.cap;
+    vpmm_hmap_clear(&m);
+    assert_int_equal(m.count, 0);
+    assert_int_equal(m.cap, cap);
+    assert_int_equal(vpmm_hmap_validate(&m), 0);
+    for (uint64_t k = 1; k <= 100; k++)
+        assert_null(vpmm_hmap_get(&m, k << 21));
+    assert_int_equal(vpmm_hmap_next(&m, 0, NULL, NULL), m.cap);
+    assert_int_equal(vpmm_hmap_put(&m, 5 << 21, (void *)(uintptr_t)5), 0);
+    assert_ptr_equal(vpmm_hmap_get(&m, 5 << 21), (void *)(uintptr_t)5);
+    vpmm_hmap_fini(&m);
+}
+
+/* ref / ref_insert: one-probe read-modify-write of a value slot. */
+static void test_ref(void **state)
+{
+    vpmm_hmap_t m;
+    void **slot;
+    (void)state;
+    assert_int_equal(vpmm_hmap_init(&m, 16), 0);
+    assert_null(vpmm_hmap_ref(&m, 42 << 8));
+    assert_int_equal(vpmm_hmap_reserve(&m, 1), 0);
+    slot = vpmm_hmap_ref_insert(&m, 42 << 8);
+    assert_non_null(slot);
+    assert_null(*slot);
+    assert_int_equal(m.count, 1);
+    *slot = (void *)(uintptr_t)7;
+    assert_ptr_equal(vpmm_hmap_get(&m, 42 << 8), (void *)(uintptr_t)7);
+    assert_ptr_equal(vpmm_hmap_ref(&m, 42 << 8), slot);
+    assert_ptr_equal(vpmm_hmap_ref_insert(&m, 42 << 8), slot); /* present: same slot */
+    assert_int_equal(m.count, 1);
+    assert_null(vpmm_hmap_ref_insert(&m, 0));
+    /* Without room for a new key, ref_insert refuses rather than grow. */
+    for (uint64_t k = 1; m.count < m.cap - m.cap / 4; k++)
+        assert_int_equal(vpmm_hmap_put(&m, k << 20, (void *)(uintptr_t)k), 0);
+    assert_null(vpmm_hmap_ref_insert(&m, 999ULL << 40));
+    assert_int_equal(vpmm_hmap_reserve(&m, 1), 0);
+    assert_non_null(vpmm_hmap_ref_insert(&m, 999ULL << 40));
+    assert_int_equal(vpmm_hmap_validate(&m), 0);
+    vpmm_hmap_fini(&m);
+}
+
 static void test_reserve(void **state)
 {
     vpmm_hmap_t m;
@@ -618,6 +669,8 @@ int main(void)
         cmocka_unit_test_teardown(test_remove_random_order, hook_reset),
         cmocka_unit_test_teardown(test_remove_wrapping_runs, hook_reset),
         cmocka_unit_test_teardown(test_iteration, hook_reset),
+        cmocka_unit_test_teardown(test_clear, hook_reset),
+        cmocka_unit_test_teardown(test_ref, hook_reset),
         cmocka_unit_test_teardown(test_reserve, hook_reset),
         cmocka_unit_test_teardown(test_out_of_memory, hook_reset),
         cmocka_unit_test_teardown(test_validate_detects_corruption, hook_reset),

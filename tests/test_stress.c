@@ -57,10 +57,12 @@ static void check_stamp(const live_t *l)
     }
 }
 
-static void run(uint64_t seed, uint64_t ops)
+static void run(uint64_t seed, uint64_t ops, int cache_percent)
 {
     tpool_t t;
-    tpool_params_t prm = { .memory_limit = 256 * MiB, .va_size = 2 * GiB };
+    tpool_params_t prm = { .memory_limit = 256 * MiB,
+                           .va_size = 2 * GiB,
+                           .cache_percent = cache_percent };
     vpmm_stream_t streams[NSTREAMS];
     live_t live[MAX_LIVE];
     size_t nlive = 0;
@@ -113,13 +115,16 @@ static void run(uint64_t seed, uint64_t ops)
         tfree(t.pool, live[i].p);
     }
     s = tstats(t.pool);
-    print_message("seed %llu: %llu ops, %llu mallocs, %llu frees, %llu OOM, %llu defrags, %llu "
-                  "pages remapped, %llu created, %llu cross-stream waits, peak mapped %zu MiB\n",
-                  (unsigned long long)seed, (unsigned long long)ops, (unsigned long long)mallocs,
-                  (unsigned long long)frees, (unsigned long long)ooms,
-                  (unsigned long long)s.defrags, (unsigned long long)s.pages_remapped,
-                  (unsigned long long)s.pages_created, (unsigned long long)s.cross_stream_waits,
-                  s.peak_mapped_bytes / MiB);
+    print_message(
+        "cache %s, seed %llu: %llu ops, %llu mallocs, %llu frees, %llu OOM, %llu defrags, %llu "
+        "pages remapped, %llu created, %llu cross-stream waits, peak mapped %zu MiB\n",
+        cache_percent == 0  ? "default"
+        : cache_percent < 0 ? "off"
+                            : "uncapped",
+        (unsigned long long)seed, (unsigned long long)ops, (unsigned long long)mallocs,
+        (unsigned long long)frees, (unsigned long long)ooms, (unsigned long long)s.defrags,
+        (unsigned long long)s.pages_remapped, (unsigned long long)s.pages_created,
+        (unsigned long long)s.cross_stream_waits, s.peak_mapped_bytes / MiB);
     assert_true(mallocs > ops / 4);
     assert_true(s.defrags > 0);
     assert_true(s.cross_stream_waits > 0);
@@ -136,13 +141,29 @@ static uint64_t env_u64(const char *name, uint64_t def)
 static void test_stress(void **state)
 {
     (void)state;
-    run(env_u64("VPMM_STRESS_SEED", 20261121), env_u64("VPMM_STRESS_OPS", 120000));
+    run(env_u64("VPMM_STRESS_SEED", 20261121), env_u64("VPMM_STRESS_OPS", 120000), 0);
+}
+
+/* The same with an uncapped exact-size cache: most frees are cached, slow paths flush them. */
+static void test_stress_cached(void **state)
+{
+    (void)state;
+    run(env_u64("VPMM_STRESS_SEED", 20261121) + 1, env_u64("VPMM_STRESS_OPS", 120000), 100);
+}
+
+/* And with the cache off: every free coalesces at once. */
+static void test_stress_uncached(void **state)
+{
+    (void)state;
+    run(env_u64("VPMM_STRESS_SEED", 20261121) + 2, env_u64("VPMM_STRESS_OPS", 120000) / 2, -1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress),
+        cmocka_unit_test(test_stress_cached),
+        cmocka_unit_test(test_stress_uncached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,8 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     cfg.page_size = params->page_size;
     cfg.va_size = params->va_size ? params->va_size : 32 * GiB; /* fits under valgrind too */
     cfg.prealloc_pages = params->prealloc;
+    if (params->cache_percent != 0)
+        cfg.cache_percent = params->cache_percent < 0 ? 0 : params->cache_percent;
     assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
     if (fault == NULL) {
         vpmm_host_options_t ho = { params->granularity, params->memory_limit };

@@ -38,6 +38,7 @@ typedef struct tpool_params {
     size_t va_size;      /* 0 = 32 GiB (tests keep VA small; valgrind caps the address space) */
     size_t prealloc;     /* VPMM_PAGES */
     size_t memory_limit; /* 0 = 80 GiB */
+    int cache_percent;   /* 0 = the pool's default, -1 = no cache, else the cap in percent */
 } tpool_params_t;
 
 /* Opens a test pool; fails the test on error. */
