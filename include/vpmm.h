@@ -106,6 +106,8 @@ typedef struct vpmm_stats {
     uint64_t defrags;         /* mallocs that remapped at least one page */
     uint64_t pages_remapped;  /* pages moved to a new address by defragmentation */
     uint64_t pages_created;   /* pages created (grow + prealloc) */
+    uint64_t handles_created; /* physical handles created (a handle holds one or more pages) */
+    uint64_t handles;         /* physical handles held now */
     uint64_t pages_released;  /* pages given back to the driver */
     uint64_t grows;           /* mallocs that created physical memory */
     uint64_t ooms;            /* mallocs that failed with VPMM_ERROR_OUT_OF_MEMORY */

@@ -59,13 +59,14 @@ static void check_pages(const vpmm_pool_t *p, const vpmm_region_t *r, uintptr_t 
         return;
     for (uintptr_t a = lo; a < hi; a += pg) {
         const vpmm_phys_t *ph = vpmm_i_phys_at(p, a);
+        int live = ph != NULL && a >= ph->va && a - ph->va < ph->size;
         if (r->state == VPMM_REGION_ZOMBIE) {
-            if (ph == NULL || ph->va == a)
+            if (ph == NULL || live)
                 fail(k, "I3: zombie page 0x%" PRIxPTR " has no zombie mapping", a);
             s->zombie_pages++;
             continue;
         }
-        if (ph == NULL || ph->va != a)
+        if (!live)
             fail(k, "I3: page 0x%" PRIxPTR " of a %s region has no live mapping", a,
                  r->state == VPMM_REGION_FREE ? "free" : "allocated");
         if (a != *last_live) /* pages shared by neighbours count once */
@@ -240,39 +241,55 @@ static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_
     *npending += n;
 }
 
+/* I4: zombie regions are whole handles; count each handle's zombie mappings. */
+static void count_zombie_maps(const vpmm_pool_t *p, vpmm_hmap_t *zmaps, checker_t *k)
+{
+    for (const vpmm_region_t *z = p->zombie_head; z; z = z->qnext) {
+        uintptr_t at = z->addr, end = z->addr + z->size;
+        while (at < end) {
+            const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+            if (ph == NULL || ph->size == 0 || ph->size > end - at) {
+                fail(k, "I4: zombie 0x%" PRIxPTR " is not a run of whole handles", z->addr);
+                break;
+            }
+            bump(zmaps, ph, k);
+            at += ph->size;
+        }
+    }
+}
+
 static void check_phys(const vpmm_pool_t *p, const sums_t *s, checker_t *k)
 {
     vpmm_hmap_t zmaps;
-    size_t n = 0, bytes = 0, pos;
-    uint64_t key;
-    void *val;
+    size_t n = 0, bytes = 0, pages = 0;
 
     if (vpmm_hmap_init(&zmaps, 64) != 0) {
         fail(k, "out of host memory while checking");
         return;
     }
-    for (pos = vpmm_hmap_next(&p->maps, 0, &key, &val); pos < p->maps.cap;
-         pos = vpmm_hmap_next(&p->maps, pos + 1, &key, &val))
-        if (((vpmm_phys_t *)val)->va != key)
-            bump(&zmaps, val, k);
+    count_zombie_maps(p, &zmaps, k);
     for (const vpmm_phys_t *ph = p->phys_head; ph; ph = ph->next) {
         n++;
         bytes += ph->size;
-        if (vpmm_i_phys_at(p, ph->va) != ph)
-            fail(k, "I4: page at 0x%" PRIxPTR " is not mapped at its live address", ph->va);
+        pages += ph->size / p->page_size;
+        if (ph->size == 0 || ph->size % p->page_size != 0 || ph->va % p->page_size != 0)
+            fail(k, "I4: handle at 0x%" PRIxPTR " is not whole pages", ph->va);
+        for (size_t off = 0; off < ph->size; off += p->page_size)
+            if (vpmm_i_phys_at(p, ph->va + off) != ph)
+                fail(k, "I4: page 0x%" PRIxPTR " of a handle is not mapped to it", ph->va + off);
         if (count_of(&zmaps, ph) != ph->zombie_maps)
-            fail(k, "I4: page at 0x%" PRIxPTR " has %zu zombie mappings, %zu recorded", ph->va,
+            fail(k, "I4: handle at 0x%" PRIxPTR " has %zu zombie mappings, %zu recorded", ph->va,
                  count_of(&zmaps, ph), ph->zombie_maps);
     }
     vpmm_hmap_fini(&zmaps);
     if (n != p->phys_count)
-        fail(k, "I4: %zu pages listed, count says %zu", n, p->phys_count);
+        fail(k, "I4: %zu handles listed, count says %zu", n, p->phys_count);
     if (bytes != p->c.mapped_bytes || bytes != s->alloc + s->free)
-        fail(k, "I4: mapped %zu, pages %zu, allocated+free %zu", p->c.mapped_bytes, bytes,
+        fail(k, "I4: mapped %zu, handles %zu, allocated+free %zu", p->c.mapped_bytes, bytes,
              s->alloc + s->free);
-    if (s->live_pages != p->phys_count)
-        fail(k, "I3: %zu live pages under allocated/free regions, %zu pages exist", s->live_pages,
-             p->phys_count);
+    if (s->live_pages != pages)
+        fail(k, "I3: %zu live pages under allocated/free regions, handles hold %zu", s->live_pages,
+             pages);
     if (p->maps.count != s->live_pages + s->zombie_pages)
         fail(k, "I3: mapping table has %zu entries, regions account for %zu", p->maps.count,
              s->live_pages + s->zombie_pages);

@@ -52,14 +52,16 @@ void vpmm_i_reclaim_zombies(vpmm_pool_t *p)
         }
         if (vpmm_i_region_reserve(p, 1) != VPMM_SUCCESS)
             return;
+        /* A zombie is a run of whole handles (I4): one unmap per mapping. */
         while (done < z->size) {
             uintptr_t va = z->addr + done;
             vpmm_phys_t *ph = vpmm_i_phys_at(p, va);
-            if (vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va, pg)) != VPMM_SUCCESS)
+            if (vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va, ph->size)) != VPMM_SUCCESS)
                 break;
-            vpmm_hmap_remove(&p->maps, va);
+            for (size_t off = 0; off < ph->size; off += pg)
+                vpmm_hmap_remove(&p->maps, va + off);
             ph->zombie_maps--;
-            done += pg;
+            done += ph->size;
         }
         if (done > 0)
             zombie_to_hole(p, z, done);
@@ -93,7 +95,7 @@ static size_t collect_waits(const vpmm_plan_t *plan, const vpmm_strm_t *s, wait_
     return n;
 }
 
-/* Commit one harvested run: its pages now live at `to`, its old VA becomes a zombie. */
+/* Commit one harvested run: its handles now live at `to`, its old VA becomes a zombie. */
 static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to)
 {
     const size_t pg = p->page_size;
@@ -109,11 +111,13 @@ static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to)
         vpmm_region_t *hi = vpmm_i_region_split(p, mid, end);
         vpmm_i_index_add(p, hi);
     }
-    for (size_t i = 0; i < run->npages; i++) {
-        vpmm_phys_t *ph = vpmm_i_phys_at(p, run->addr + i * pg);
-        ph->va = to + i * pg;
+    for (uintptr_t at = run->addr; at < end;) {
+        vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+        ph->va = to + (at - run->addr);
         ph->zombie_maps++;
-        vpmm_hmap_put(&p->maps, ph->va, ph); /* room reserved */
+        for (size_t off = 0; off < ph->size; off += pg)
+            vpmm_hmap_put(&p->maps, ph->va + off, ph); /* room reserved */
+        at += ph->size;
     }
     /* Fresh or completed memory is safe to unmap at once; pending memory waits for its marker. */
     if (mid->ready)
@@ -123,21 +127,41 @@ static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to)
     vpmm_i_index_add(p, mid);
 }
 
+/* Handles in the plan's runs (each run is a sequence of whole handles). */
+static size_t run_handles(const vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_phys_t **out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < plan->nruns; i++) {
+        uintptr_t at = plan->runs[i].addr, end = at + plan->runs[i].npages * p->page_size;
+        while (at < end) {
+            vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+            if (out != NULL)
+                out[n] = ph;
+            n++;
+            at += ph->size;
+        }
+    }
+    return n;
+}
+
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
                             vpmm_region_t **out_span)
 {
     const size_t pg = p->page_size;
-    const size_t n = plan->npages, nnew = plan->nnew;
+    const size_t nnew = plan->nnew;
+    const size_t hnew = nnew ? vpmm_i_pages_handles(nnew, plan->unit) : 0;
+    const size_t n = hnew + run_handles(p, plan, NULL);
     vpmm_phys_t **pages = NULL;
     wait_need_t *waits = NULL;
     vpmm_chunk_t *chunk = NULL;
     vpmm_region_t *span;
-    size_t nwaits, k = nnew;
+    uintptr_t at;
+    size_t nwaits;
     vpmm_status_t st;
 
     /* Host resources first, so the commit cannot fail. */
     VPMM_CHECK(vpmm_i_region_reserve(p, 4 + 2 * plan->nruns));
-    if (vpmm_hmap_reserve(&p->maps, n) != 0 || vpmm_hmap_reserve(&p->allocs, 1) != 0)
+    if (vpmm_hmap_reserve(&p->maps, plan->npages) != 0 || vpmm_hmap_reserve(&p->allocs, 1) != 0)
         goto host_oom;
     pages = malloc((n ? n : 1) * sizeof *pages);
     waits = malloc((plan->nruns ? plan->nruns : 1) * sizeof *waits);
@@ -154,10 +178,9 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
         if (!src->ready)
             VPMM_CHECK_GOTO(st, vpmm_i_stream_mark(p, src->stream, src->seq), undo_chunk);
     }
-    VPMM_CHECK_GOTO(st, vpmm_i_pages_create(p, nnew, pages), undo_chunk);
-    for (size_t i = 0; i < plan->nruns; i++)
-        for (size_t j = 0; j < plan->runs[i].npages; j++)
-            pages[k++] = vpmm_i_phys_at(p, plan->runs[i].addr + j * pg);
+    if (nnew > 0)
+        VPMM_CHECK_GOTO(st, vpmm_i_pages_create(p, nnew, plan->unit, pages), undo_chunk);
+    run_handles(p, plan, pages + hnew);
     VPMM_CHECK_GOTO(st, vpmm_i_pages_map(p, plan->map_at, pages, n), undo_pages);
     nwaits = collect_waits(plan, s, waits);
     for (size_t i = 0; i < nwaits; i++) {
@@ -168,13 +191,13 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     }
 
     /* ---- commit: nothing below can fail ---- */
-    span = vpmm_i_hole_carve(p, plan->hole, plan->map_at, n * pg);
-    for (size_t i = 0; i < nnew; i++)
-        vpmm_i_phys_link(p, pages[i], plan->map_at + i * pg);
-    k = nnew;
+    span = vpmm_i_hole_carve(p, plan->hole, plan->map_at, plan->npages * pg);
+    at = plan->map_at;
+    for (size_t i = 0; i < hnew; at += pages[i]->size, i++)
+        vpmm_i_phys_link(p, pages[i], at);
     for (size_t i = 0; i < plan->nruns; i++) {
-        commit_run(p, &plan->runs[i], plan->map_at + k * pg);
-        k += plan->runs[i].npages;
+        commit_run(p, &plan->runs[i], at);
+        at += plan->runs[i].npages * pg;
     }
     /* Join the usable neighbours: [left][span][right] becomes one region of the caller. */
     if (plan->left) {
@@ -190,11 +213,18 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     vpmm_i_index_add(p, span);
     span = vpmm_i_region_coalesce(p, span);
 
-    p->c.pages_created += nnew;
-    p->c.pages_remapped += n - nnew;
+    p->c.pages_remapped += plan->npages - nnew;
     p->c.grows += nnew > 0;
-    p->c.defrags += n > nnew;
+    p->c.defrags += plan->npages > nnew;
     p->c.cross_stream_waits += nwaits;
+    if (nnew > 0) {
+        /* Same-size growths with no free in between make an allocation burst (policy.c). */
+        p->grow_streak = p->c.frees == p->grow_frees_mark && plan->req_pages == p->grow_req
+                             ? p->grow_streak + 1
+                             : 1;
+        p->grow_req = plan->req_pages;
+        p->grow_frees_mark = p->c.frees;
+    }
     vpmm_i_note_peaks(p);
     free(pages);
     free(waits);
@@ -202,9 +232,9 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     return VPMM_SUCCESS;
 
 undo_map:
-    vpmm_i_pages_unmap(p, plan->map_at, n);
+    vpmm_i_pages_unmap(p, plan->map_at, pages, n);
 undo_pages:
-    vpmm_i_pages_destroy(p, pages, nnew);
+    vpmm_i_pages_destroy(p, pages, hnew);
 undo_chunk:
     if (chunk != NULL)
         vpmm_i_chunk_remove(p, chunk);

@@ -1,10 +1,13 @@
 /*
- * pages.c — physical pages (one driver handle each) and the mapping table.
+ * pages.c — physical handles and the mapping table.
  *
- * pool->maps sends every mapped page address to its phys: the live address (phys->va) and any
- * zombie addresses left behind by defragmentation. Creation and mapping are all-or-nothing: each
- * multi-step acquire undoes its own partial work before returning an error, so callers see either
- * the full result or no change (I3, I4 in pool.h; checked in check.c).
+ * A phys is one driver handle of one or more whole pages (growth creates up to 1 GiB at a time:
+ * per-handle costs dominate, see growth_plan in policy.c). The driver maps only whole handles, so
+ * a handle is also the unit defragmentation moves. pool->maps sends every page address of every
+ * mapping to its phys: the pages of its live mapping, [phys->va, phys->va + size), and the pages
+ * of any zombie mapping left behind by defragmentation. Creation and mapping are all-or-nothing:
+ * each multi-step acquire undoes its own partial work before returning an error, so callers see
+ * either the full result or no change (I3, I4 in pool.h; checked in check.c).
  *
  * Called under the pool lock.
  */
@@ -12,23 +15,30 @@
 
 #include "pool.h"
 
-vpmm_status_t vpmm_i_pages_create(vpmm_pool_t *p, size_t n, vpmm_phys_t **out)
+size_t vpmm_i_pages_handles(size_t npages, size_t unit)
 {
+    return npages / unit + (npages % unit != 0);
+}
+
+vpmm_status_t vpmm_i_pages_create(vpmm_pool_t *p, size_t npages, size_t unit, vpmm_phys_t **out)
+{
+    const size_t n = vpmm_i_pages_handles(npages, unit);
     vpmm_status_t st = VPMM_SUCCESS;
     size_t i;
     for (i = 0; i < n; i++) {
+        size_t pages = i + 1 < n || npages % unit == 0 ? unit : npages % unit;
         vpmm_phys_t *ph = calloc(1, sizeof *ph);
         if (ph == NULL) {
             vpmm_i_set_error("out of host memory for page bookkeeping");
             st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
             goto undo;
         }
-        st = vpmm_i_drv_status(p, p->drv->mem_create(p->drv, p->page_size, &ph->handle));
+        ph->size = pages * p->page_size;
+        st = vpmm_i_drv_status(p, p->drv->mem_create(p->drv, ph->size, &ph->handle));
         if (st != VPMM_SUCCESS) {
             free(ph);
             goto undo;
         }
-        ph->size = p->page_size;
         out[i] = ph;
     }
     return VPMM_SUCCESS;
@@ -46,28 +56,28 @@ void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n)
     }
 }
 
-void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, size_t n)
+void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va + i * p->page_size, p->page_size));
+    for (size_t i = 0; i < n; va += pages[i]->size, i++)
+        vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va, pages[i]->size));
 }
 
 vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n)
 {
-    const size_t pg = p->page_size;
     vpmm_status_t st;
+    uintptr_t at = va;
     size_t i;
-    for (i = 0; i < n; i++) {
-        st = vpmm_i_drv_status(p, p->drv->mem_map(p->drv, va + i * pg, pg, pages[i]->handle, 0));
+    for (i = 0; i < n; at += pages[i]->size, i++) {
+        st = vpmm_i_drv_status(p, p->drv->mem_map(p->drv, at, pages[i]->size, pages[i]->handle, 0));
         if (st != VPMM_SUCCESS)
             goto undo;
     }
     /* One access call for the whole span: the driver accepts several adjacent mappings. */
-    st = vpmm_i_drv_status(p, p->drv->set_access(p->drv, va, n * pg));
+    st = vpmm_i_drv_status(p, p->drv->set_access(p->drv, va, at - va));
     if (st == VPMM_SUCCESS)
         return VPMM_SUCCESS;
 undo:
-    vpmm_i_pages_unmap(p, va, i);
+    vpmm_i_pages_unmap(p, va, pages, i);
     return st;
 }
 
@@ -81,7 +91,10 @@ void vpmm_i_phys_link(vpmm_pool_t *p, vpmm_phys_t *ph, uintptr_t va)
         p->phys_head->prev = ph;
     p->phys_head = ph;
     p->phys_count++;
-    vpmm_hmap_put(&p->maps, va, ph); /* room reserved by the caller */
+    for (size_t off = 0; off < ph->size; off += p->page_size)
+        vpmm_hmap_put(&p->maps, va + off, ph); /* room reserved by the caller */
     p->c.mapped_bytes += ph->size;
+    p->c.pages_created += ph->size / p->page_size;
+    p->c.handles_created++;
     vpmm_i_cache_limit_update(p);
 }

@@ -71,15 +71,6 @@ static size_t pages_for(size_t bytes, size_t pg)
     return bytes / pg + (bytes % pg != 0);
 }
 
-/* Fully free pages inside a FREE region: [first, first + count*pg). */
-static size_t full_pages(const vpmm_region_t *r, size_t pg, uintptr_t *first)
-{
-    uintptr_t lo = vpmm_align_up(r->addr, pg);
-    uintptr_t hi = vpmm_align_down(r->addr + r->size, pg);
-    *first = lo;
-    return hi > lo ? (hi - lo) / pg : 0;
-}
-
 static int usable(const vpmm_region_t *r, const vpmm_strm_t *s)
 {
     return r && r->state == VPMM_REGION_FREE && (r->ready || r->stream == s);
@@ -146,19 +137,44 @@ static vpmm_status_t add_run(vpmm_plan_t *plan, vpmm_region_t *src, uintptr_t ad
     return VPMM_SUCCESS;
 }
 
-/* Takes up to *need fully free pages from r (its highest ones), unless r is part of the span. */
+/*
+ * Takes whole handles lying entirely inside the free region r, from its top down, as long as each
+ * fits in what is still needed (*need pages); consecutive ones form one run. Skips r when it is
+ * part of the span. A handle that straddles r's edge, or is larger than what is still needed,
+ * stays (the driver moves only whole handles):
+ *
+ *     r: [..|h3 |  h2  | h1 |..]   need 3 pages, h1 = 1 page, h2 = 2, h3 = 4
+ *     run = [h2 h1]; h3 stays
+ */
 static vpmm_status_t harvest_from(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *r, size_t *need)
 {
-    uintptr_t first;
-    size_t np, take;
+    const size_t pg = p->page_size;
+    const uintptr_t lo = vpmm_align_up(r->addr, pg), hi = vpmm_align_down(r->addr + r->size, pg);
+    uintptr_t at = hi, run_lo = 0, run_hi = 0;
+
     if (r == plan->left || r == plan->right)
         return VPMM_SUCCESS;
-    np = full_pages(r, p->page_size, &first);
-    if (np == 0)
-        return VPMM_SUCCESS;
-    take = VPMM_MIN(np, *need);
-    VPMM_CHECK(add_run(plan, r, first + (np - take) * p->page_size, take));
-    *need -= take;
+    while (at > lo && *need > 0) {
+        const vpmm_phys_t *ph = vpmm_i_phys_at(p, at - pg);
+        uintptr_t start = ph->va;
+        size_t np = ph->size / pg;
+        if (start < lo)
+            break; /* straddles the region's start */
+        if (start + ph->size > hi || np > *need) {
+            if (run_hi > run_lo)
+                VPMM_CHECK(add_run(plan, r, run_lo, (run_hi - run_lo) / pg));
+            run_lo = run_hi = 0;
+            at = start;
+            continue;
+        }
+        if (run_hi == run_lo)
+            run_hi = start + ph->size;
+        run_lo = start;
+        *need -= np;
+        at = start;
+    }
+    if (run_hi > run_lo)
+        VPMM_CHECK(add_run(plan, r, run_lo, (run_hi - run_lo) / pg));
     return VPMM_SUCCESS;
 }
 
@@ -232,6 +248,47 @@ void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole
     plan->map_at = hole->addr;
 }
 
+/*
+ * How the pages the plan creates are cut into handles, and whether to create more than needed.
+ * Per-handle driver costs dominate growth (H100: ~41 us per 2 MiB handle, ~120 us per 1 GiB), so:
+ *  - a request for at least GROWTH_BIG_BYTES of new memory gets handles of up to 1 GiB: one
+ *    request fills them, and when it is freed they move (or are reused) whole;
+ *  - a homogeneous allocation burst — GROWTH_STREAK growths in a row for requests of the same
+ *    number of pages, with no free in between (a model's layers being loaded, KV-cache blocks being
+ * added) — is expected to go on: each further growth creates one handle of a quarter of what is
+ * mapped (at least the request, at most 1 GiB), so growth is geometric — the number of handles
+ *    grows with the logarithm of the size reached — and at most a quarter of the memory is
+ *    unused when the burst ends;
+ *  - anything else gets one handle per page: every page stays movable on its own. Real programs
+ *    interleave frees with their growth (both traces do), and then nothing is created ahead.
+ */
+#define GROWTH_BIG_BYTES ((size_t)1 << 30)
+#define GROWTH_STREAK    8 /* 4 is the least both traces tolerate: twice that, for margin */
+
+static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan)
+{
+    const size_t pg = p->page_size;
+    const size_t big = VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / pg);
+
+    plan->unit = 1;
+    if (plan->nnew == 0)
+        return;
+    if (p->grow_streak >= GROWTH_STREAK && p->c.frees == p->grow_frees_mark &&
+        plan->req_pages == p->grow_req && plan->right == NULL) {
+        size_t room = plan->hole ? (plan->hole->addr + plan->hole->size - plan->map_at) / pg
+                                 : p->opt.va_size / pg;
+        size_t target = VPMM_MAX(p->c.mapped_bytes / pg / 4, plan->nnew);
+        target = VPMM_MIN(target, VPMM_MAX(big, plan->nnew));
+        target = VPMM_MIN(target, plan->nnew + (room - plan->npages));
+        plan->npages += target - plan->nnew;
+        plan->nnew = target;
+        plan->unit = VPMM_MIN(target, big);
+        return;
+    }
+    if (plan->nnew * pg >= GROWTH_BIG_BYTES)
+        plan->unit = big;
+}
+
 vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan)
 {
     size_t need;
@@ -249,5 +306,7 @@ vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm
         return st;
     }
     plan->nnew = need;
+    plan->req_pages = pages_for(size, p->page_size);
+    plan_growth(p, plan);
     return VPMM_SUCCESS;
 }

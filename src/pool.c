@@ -45,7 +45,10 @@ vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r)
 
 /* ---- creation ---------------------------------------------------------------------------- */
 
-/* Maps VPMM_PAGES pages at the start of the first chunk as one ready free region. */
+/*
+ * Maps VPMM_PAGES pages at the start of the first chunk as one ready free region. One handle per
+ * page: preallocated memory stays movable page by page (the seed walkthrough relies on it).
+ */
 static vpmm_status_t preallocate(vpmm_pool_t *p, size_t n)
 {
     vpmm_chunk_t *c = p->chunks;
@@ -60,7 +63,7 @@ static vpmm_status_t preallocate(vpmm_pool_t *p, size_t n)
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
     VPMM_CHECK_GOTO(st, vpmm_i_region_reserve(p, 2), out);
-    VPMM_CHECK_GOTO(st, vpmm_i_pages_create(p, n, pages), out);
+    VPMM_CHECK_GOTO(st, vpmm_i_pages_create(p, n, 1, pages), out);
     st = vpmm_i_pages_map(p, c->base, pages, n);
     if (st != VPMM_SUCCESS) {
         vpmm_i_pages_destroy(p, pages, n);
@@ -71,7 +74,6 @@ static vpmm_status_t preallocate(vpmm_pool_t *p, size_t n)
         vpmm_i_phys_link(p, pages[i], c->base + i * p->page_size);
     vpmm_i_region_set_free(p, r, NULL); /* never used: ready for every stream */
     vpmm_i_index_add(p, r);
-    p->c.pages_created += n;
     vpmm_i_note_peaks(p);
 out:
     free(pages);
@@ -119,9 +121,14 @@ static vpmm_status_t pool_teardown(vpmm_pool_t *p)
 
     if (p->phys_count > 0 || p->zombie_head != NULL)
         NOTE(TWICE(d->synchronize(d))); /* nothing may still use the memory */
-    for (vpmm_region_t *z = p->zombie_head; z; z = z->qnext)
-        for (size_t off = 0; off < z->size; off += p->page_size)
-            NOTE(TWICE(d->mem_unmap(d, z->addr + off, p->page_size)));
+    for (vpmm_region_t *z = p->zombie_head; z; z = z->qnext) {
+        /* A zombie is a run of whole handles (I4): unmap each mapping. */
+        for (size_t off = 0; off < z->size;) {
+            size_t size = vpmm_i_phys_at(p, z->addr + off)->size;
+            NOTE(TWICE(d->mem_unmap(d, z->addr + off, size)));
+            off += size;
+        }
+    }
     for (vpmm_phys_t *ph = p->phys_head; ph; ph = ph->next) {
         NOTE(TWICE(d->mem_unmap(d, ph->va, ph->size)));
         NOTE(TWICE(d->mem_release(d, ph->handle)));

@@ -23,7 +23,8 @@
  *      (maps[page] = phys with phys->va == page); every ZOMBIE page has a zombie mapping
  *      (maps[page] = phys with phys->va != page); HOLE pages have none; maps has nothing else.
  *  I4  Physical: mapped_bytes = Σ phys->size = Σ ALLOCATED sizes + Σ FREE sizes, each phys is
- *      mapped live exactly once, and phys->zombie_maps = its zombie mappings.
+ *      mapped live exactly once, at a page boundary; every ZOMBIE region is a sequence of whole
+ *      handles (zombie mappings), and phys->zombie_maps counts them.
  *  I5  Accounting: allocated + free + hole + zombie bytes = reserved_va_bytes = Σ chunk sizes,
  *      each byte counter equal to the sum over regions in that state.
  *  I6  Coalescing: no two adjacent HOLEs; no two adjacent uncached FREE regions that are both
@@ -102,7 +103,7 @@ struct vpmm_strm {
     vpmm_strm_t *next;
 };
 
-/* One physical allocation of one page. */
+/* One physical allocation (driver handle) of one or more whole pages; moved only as a whole. */
 struct vpmm_phys {
     vpmm_drv_handle_t handle;
     size_t size;
@@ -117,7 +118,7 @@ typedef struct vpmm_counters {
     size_t mapped_bytes, peak_mapped_bytes;
     size_t free_bytes, hole_bytes, zombie_bytes, reserved_va_bytes;
     uint64_t live_allocs, mallocs, frees, defrags, pages_remapped, pages_created;
-    uint64_t pages_released, grows, ooms, cross_stream_waits;
+    uint64_t pages_released, grows, ooms, cross_stream_waits, handles_created;
 } vpmm_counters_t;
 
 struct vpmm_pool {
@@ -151,9 +152,12 @@ struct vpmm_pool {
     void **slabs; /* blocks of region nodes, freed at destroy */
     size_t slab_count, slab_cap;
 
-    uint64_t clock;      /* increments on every free */
-    size_t cached_bytes; /* in every stream's cache (cache.c) */
-    size_t cache_limit;  /* cached_bytes may not exceed it: opt.cache_percent of mapped */
+    uint64_t clock;           /* increments on every free */
+    size_t cached_bytes;      /* in every stream's cache (cache.c) */
+    unsigned grow_streak;     /* same-size growths in a row with no free in between (policy.c) */
+    size_t grow_req;          /* pages of the request behind the last growth */
+    uint64_t grow_frees_mark; /* c.frees at the last growth */
+    size_t cache_limit;       /* cached_bytes may not exceed it: opt.cache_percent of mapped */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
     const char *drv_call;
@@ -269,15 +273,18 @@ void vpmm_i_cache_limit_update(vpmm_pool_t *p);
 
 /* ---- physical pages and mappings (pages.c) ------------------------------------------------- */
 
-/* Creates n pages (phys records not yet linked); all-or-nothing. */
-vpmm_status_t vpmm_i_pages_create(vpmm_pool_t *p, size_t n, vpmm_phys_t **out);
-/* Releases pages created by vpmm_i_pages_create that were never linked. */
+/* Handles needed for npages pages in units of `unit` pages (the last one may be smaller). */
+size_t vpmm_i_pages_handles(size_t npages, size_t unit);
+/* Creates handles for npages pages, `unit` pages each (phys records not yet linked) into out[],
+ * which has room for vpmm_i_pages_handles(npages, unit); all-or-nothing. */
+vpmm_status_t vpmm_i_pages_create(vpmm_pool_t *p, size_t npages, size_t unit, vpmm_phys_t **out);
+/* Releases handles created by vpmm_i_pages_create that were never linked. */
 void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n);
-/* Maps pages[i] at va + i*page (then one set_access); undoes everything on failure. */
+/* Maps pages[0..n) one after another from va (then one set_access); undoes all on failure. */
 vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n);
-/* Undoes vpmm_i_pages_map (unmaps each page at va + i*page). */
-void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, size_t n);
-/* Links new pages into the pool at their live address (maps must have room: hmap_reserve). */
+/* Undoes vpmm_i_pages_map. */
+void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n);
+/* Links a new handle into the pool at its live address (maps must have room for its pages). */
 void vpmm_i_phys_link(vpmm_pool_t *p, vpmm_phys_t *ph, uintptr_t va);
 /* The phys mapped at page address va (live or zombie), or NULL. */
 static inline vpmm_phys_t *vpmm_i_phys_at(const vpmm_pool_t *p, uintptr_t va)
@@ -318,7 +325,9 @@ typedef struct vpmm_plan {
     vpmm_region_t *right; /* usable FREE region starting where the mapped pages end, or NULL */
     uintptr_t map_at;     /* first page address to map at (valid once the hole is known) */
     size_t npages;        /* pages mapped into the hole */
-    size_t nnew;          /* of which created fresh */
+    size_t nnew;          /* of which created fresh (more than needed in an allocation burst) */
+    size_t unit;          /* pages per new handle (the last one may be smaller) */
+    size_t req_pages;     /* pages the request spans (its size, rounded up to whole pages) */
     vpmm_harvest_t *runs; /* the rest, moved from free regions (npages - nnew pages in all) */
     size_t nruns, runs_cap;
 } vpmm_plan_t;

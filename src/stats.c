@@ -36,6 +36,8 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
         .defrags = c->defrags,
         .pages_remapped = c->pages_remapped,
         .pages_created = c->pages_created,
+        .handles_created = c->handles_created,
+        .handles = pool->phys_count,
         .pages_released = c->pages_released,
         .grows = c->grows,
         .ooms = c->ooms,

@@ -160,6 +160,111 @@ static void test_span_is_one_region_of_caller(void **state)
     tpool_close(&t);
 }
 
+/* Growth creates 1 GiB handles for a request of 1 GiB or more: 8 GiB in 8 handles. */
+static void test_big_request_big_handles(void **state)
+{
+    tpool_t t;
+    void *p, *q;
+    vpmm_stats_t s;
+    (void)state;
+    tpool_open(&t, NULL);
+    p = tmalloc(t.pool, 8 * GiB, NULL);
+    s = tstats(t.pool);
+    assert_int_equal(s.handles_created, 8);
+    assert_int_equal(s.pages_created, 4096);
+    assert_int_equal(s.mapped_bytes, 8 * GiB);
+    assert_driver_matches_pool(&t);
+    /* Smaller requests keep one handle per page: every page movable on its own. */
+    q = tmalloc(t.pool, 20 * MiB, NULL);
+    assert_int_equal(tstats(t.pool).handles_created, 8 + 10);
+    tfree(t.pool, q);
+    tfree(t.pool, p);
+    tpool_close(&t);
+}
+
+/*
+ * A homogeneous burst (same-size growths, no free in between) grows geometrically: 4096 mallocs of
+ * 2 MiB create a few dozen handles, not 4096, and hold at most a quarter more than asked.
+ */
+static void test_burst_grows_geometrically(void **state)
+{
+    tpool_t t;
+    static void *p[4096];
+    vpmm_stats_t s;
+    (void)state;
+    tpool_open(&t, NULL);
+    for (int i = 0; i < 4096; i++) {
+        assert_int_equal(vpmm_malloc(t.pool, 2 * MiB, NULL, &p[i]), VPMM_SUCCESS);
+        if (i % 512 == 0)
+            CHECK_POOL(t.pool);
+    }
+    CHECK_POOL(t.pool);
+    s = tstats(t.pool);
+    print_message("4096 x 2 MiB: %llu handles, %zu MiB mapped\n",
+                  (unsigned long long)s.handles_created, s.mapped_bytes >> 20);
+    assert_true(s.handles_created <= 64);
+    assert_true(s.mapped_bytes <= 8 * GiB + 2 * GiB);
+    /* Freed in the middle of a burst, the handles' memory is reused; freed completely, the big
+     * handles are moved whole by a defragmentation that needs them. */
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(vpmm_free(t.pool, p[i]), VPMM_SUCCESS);
+    CHECK_POOL(t.pool);
+    p[0] = tmalloc(t.pool, s.mapped_bytes, NULL);
+    assert_int_equal(tstats(t.pool).mapped_bytes, s.mapped_bytes);
+    tfree(t.pool, p[0]);
+    tpool_close(&t);
+}
+
+/*
+ * A free interrupts a burst: 7 growths, a free, 7 more are all one page each (the streak never
+ * reaches 8); 8 growths in a row with no free make the next one speculative.
+ */
+static void test_free_ends_burst(void **state)
+{
+    tpool_t t;
+    void *p[20], *q;
+    vpmm_stats_t s;
+    (void)state;
+    tpool_open(&t, NULL);
+    for (int i = 0; i < 7; i++)
+        p[i] = tmalloc(t.pool, 2 * MiB, NULL);
+    q = tmalloc(t.pool, 256, NULL);
+    tfree(t.pool, q);
+    for (int i = 7; i < 14; i++)
+        p[i] = tmalloc(t.pool, 2 * MiB, NULL);
+    s = tstats(t.pool);
+    assert_int_equal(s.handles_created, s.pages_created);
+    /* (The first of those reused the 256-byte block's page, so the streak is 6.) A few more
+     * growths in a row, and the burst speculates: a handle of more than one page. */
+    for (int i = 14; i < 20; i++)
+        p[i] = tmalloc(t.pool, 2 * MiB, NULL);
+    s = tstats(t.pool);
+    assert_true(s.pages_created > s.handles_created);
+    for (int i = 0; i < 20; i++)
+        tfree(t.pool, p[i]);
+    tpool_close(&t);
+}
+
+/* Defragmentation moves only whole handles: a 1 GiB handle partly in use stays where it is. */
+static void test_harvest_whole_handles_only(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .memory_limit = 1 * GiB + 64 * MiB };
+    void *big, *small, *x;
+    (void)state;
+    tpool_open(&t, &prm);
+    big = tmalloc(t.pool, GiB, NULL); /* one 1 GiB handle */
+    tfree(t.pool, big);
+    small = tmalloc(t.pool, 4096, NULL); /* lands in the big handle */
+    /* 40 MiB cannot come from the big handle by moving it (partly used): it fits in place. */
+    x = tmalloc(t.pool, 40 * MiB, NULL);
+    assert_int_equal(tstats(t.pool).pages_remapped, 0);
+    assert_int_equal(tstats(t.pool).handles_created, 1);
+    tfree(t.pool, x);
+    tfree(t.pool, small);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -167,6 +272,10 @@ int main(void)
         cmocka_unit_test(test_reclaim_partial_failure),
         cmocka_unit_test(test_new_chunk_undone),
         cmocka_unit_test(test_span_is_one_region_of_caller),
+        cmocka_unit_test(test_big_request_big_handles),
+        cmocka_unit_test(test_burst_grows_geometrically),
+        cmocka_unit_test(test_free_ends_burst),
+        cmocka_unit_test(test_harvest_whole_handles_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

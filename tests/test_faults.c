@@ -78,6 +78,14 @@ static vpmm_status_t step_grow(ctx_t *c)
     return step_malloc(c, 5 * 2 * MiB, c->a);
 }
 
+static vpmm_status_t step_big(ctx_t *c);
+
+/* 2 GiB at once: two 1 GiB handles (policy.c's growth plan). */
+static vpmm_status_t step_two_gib(ctx_t *c)
+{
+    return step_malloc(c, 2 * GiB, c->a);
+}
+
 static vpmm_status_t step_subpage(ctx_t *c)
 {
     return step_malloc(c, 3000, c->a);
@@ -206,6 +214,7 @@ static const scenario_t scenarios[] = {
     { "create with 3 preallocated pages", { .prealloc = 3 }, STEP_CREATE, prefix_none, NULL },
     { "malloc: grow 5 pages", { 0 }, STEP_MALLOC, prefix_none, step_grow },
     { "malloc: sub-page grow", { 0 }, STEP_MALLOC, prefix_none, step_subpage },
+    { "malloc: 2 GiB in 1 GiB handles", { 0 }, STEP_MALLOC, prefix_none, step_two_gib },
     { "malloc: defrag, own stream (seed C)",
       { .prealloc = 15 },
       STEP_MALLOC,

@@ -13,10 +13,10 @@ static void test_create_all_or_nothing(void **state)
     tpool_open(&t, NULL);
     vpmm_i_lock(t.pool);
     vpmm_fault_fail_nth(t.fault, VPMM_DRV_MEM_CREATE, 5, VPMM_DRV_OUT_OF_MEMORY);
-    assert_int_equal(vpmm_i_pages_create(t.pool, 8, pages), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(vpmm_i_pages_create(t.pool, 8, 1, pages), VPMM_ERROR_OUT_OF_MEMORY);
     vpmm_fault_live(t.fault, &live);
     assert_int_equal(live.handles, 0); /* the four created before the failure were released */
-    assert_int_equal(vpmm_i_pages_create(t.pool, 8, pages), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_pages_create(t.pool, 8, 1, pages), VPMM_SUCCESS);
     vpmm_fault_live(t.fault, &live);
     assert_int_equal(live.handles, 8);
     vpmm_i_pages_destroy(t.pool, pages, 8);
@@ -35,7 +35,7 @@ static void map_failure_undone(vpmm_drv_entry_t entry, uint64_t nth)
     tpool_open(&t, NULL);
     va = t.pool->chunks->base;
     vpmm_i_lock(t.pool);
-    assert_int_equal(vpmm_i_pages_create(t.pool, 4, pages), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_pages_create(t.pool, 4, 1, pages), VPMM_SUCCESS);
     vpmm_fault_fail_nth(t.fault, entry, nth, VPMM_DRV_ERROR);
     assert_int_equal(vpmm_i_pages_map(t.pool, va, pages, 4), VPMM_ERROR_DRIVER);
     vpmm_fault_live(t.fault, &live);
@@ -46,7 +46,7 @@ static void map_failure_undone(vpmm_drv_entry_t entry, uint64_t nth)
     assert_int_equal(vpmm_i_pages_map(t.pool, va, pages, 4), VPMM_SUCCESS);
     vpmm_fault_live(t.fault, &live);
     assert_int_equal(live.mappings, 4);
-    vpmm_i_pages_unmap(t.pool, va, 4);
+    vpmm_i_pages_unmap(t.pool, va, pages, 4);
     vpmm_i_pages_destroy(t.pool, pages, 4);
     vpmm_i_unlock(t.pool);
     tpool_close(&t);
@@ -72,7 +72,7 @@ static void test_link_accounts(void **state)
     vpmm_i_lock(t.pool);
     assert_int_equal(vpmm_hmap_reserve(&t.pool->maps, 3), 0);
     assert_int_equal(vpmm_i_region_reserve(t.pool, 2), VPMM_SUCCESS);
-    assert_int_equal(vpmm_i_pages_create(t.pool, 3, pages), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_pages_create(t.pool, 3, 1, pages), VPMM_SUCCESS);
     assert_int_equal(vpmm_i_pages_map(t.pool, va, pages, 3), VPMM_SUCCESS);
     r = vpmm_i_hole_carve(t.pool, t.pool->chunks->first, va, 3 * 2 * MiB);
     for (int i = 0; i < 3; i++)

@@ -1,0 +1,144 @@
+/*
+ * growth.c — vpmm-growth: how long growing from empty to N bytes takes.
+ *
+ *   vpmm-growth [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--gib N]
+ *
+ * Patterns, each on a fresh pool (a fresh default mempool for cudaMallocAsync, trimmed to zero):
+ *   one      one malloc of N GiB
+ *   2mib     N GiB in 2 MiB mallocs (4096 for 8 GiB)
+ *   128mib   N GiB in 128 MiB mallocs
+ * Only the mallocs are timed (wall clock around the whole loop); the frees and the pool's
+ * creation and destruction are not. For vpmm the handles created and the device memory held at
+ * the end are reported too: growth is fast because it creates few, large handles, and this shows
+ * what that costs in memory. Exit status 0, 2 if the backend is unavailable, 3 on an error.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backends.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct pattern {
+    const char *name;
+    size_t block; /* 0: the whole size at once */
+} pattern_t;
+
+static const pattern_t PATTERNS[] = {
+    { "one", 0 },
+    { "2mib", (size_t)2 << 20 },
+    { "128mib", (size_t)128 << 20 },
+};
+
+static int run(const char *backend, const pattern_t *pat, size_t total, int json)
+{
+    const uint64_t stream0 = 0;
+    size_t block = pat->block ? pat->block : total, n = total / block;
+    void **ptrs = calloc(n, sizeof *ptrs);
+    backend_t *b = NULL;
+    backend_result_t res;
+    char err[256];
+    double t0, dt;
+    int rc = 0;
+
+    if (ptrs == NULL)
+        return 3;
+    if (backend_open(backend, 1, &stream0, 0, &b, err, sizeof err) != 0) {
+        fprintf(stderr, "vpmm-growth: backend %s: %s\n", backend, err);
+        free(ptrs);
+        return 2;
+    }
+    if (strcmp(backend, "host") != 0)
+        cudaDeviceSynchronize();
+    t0 = now_s();
+    for (size_t i = 0; i < n; i++) {
+        if (backend_malloc(b, block, 0, &ptrs[i]) != BACKEND_OK) {
+            fprintf(stderr, "vpmm-growth: malloc %zu of %zu (%zu bytes): %s\n", i, n, block,
+                    backend_error(b));
+            rc = 3;
+            n = i;
+            break;
+        }
+    }
+    dt = now_s() - t0;
+    backend_finish(b, &res);
+    if (rc == 0) {
+        if (json) {
+            printf("{\"backend\": \"%s\", \"pattern\": \"%s\", \"bytes\": %zu, \"mallocs\": %zu, "
+                   "\"ms\": %.3f, \"peak_device_bytes\": %llu",
+                   backend_name(b), pat->name, total, n, dt * 1e3,
+                   (unsigned long long)res.peak_device);
+            if (res.have_vpmm_stats)
+                printf(", \"handles_created\": %llu, \"pages_created\": %llu",
+                       (unsigned long long)res.vpmm.handles_created,
+                       (unsigned long long)res.vpmm.pages_created);
+            printf("}\n");
+        } else {
+            printf("  %-16s %-7s %6zu mallocs  %9.3f ms  device %6.2f GiB", backend_name(b),
+                   pat->name, n, dt * 1e3, (double)res.peak_device / (1 << 30));
+            if (res.have_vpmm_stats)
+                printf("  %llu handles", (unsigned long long)res.vpmm.handles_created);
+            printf("\n");
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        backend_free(b, ptrs[i], block, 0);
+    backend_close(b);
+    free(ptrs);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "backend", required_argument, NULL, 'b' },
+        { "json", no_argument, NULL, 'j' },
+        { "gib", required_argument, NULL, 'g' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *backend = NULL;
+    size_t gib = 8;
+    int json = 0, c, rc = 0;
+
+    while ((c = getopt_long(argc, argv, "b:jg:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+            backend = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'g':
+            gib = (size_t)strtoul(optarg, NULL, 10);
+            break;
+        default:
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: vpmm-growth [--backend %s] [--json] [--gib N]\n", backend_names());
+            return c == 'h' ? 0 : 1;
+        }
+    }
+    if (gib == 0 || gib > 1024) {
+        fprintf(stderr, "vpmm-growth: --gib must be 1..1024\n");
+        return 1;
+    }
+    if (backend == NULL) {
+        int n = 0;
+        backend = cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? "cuda" : "host";
+    }
+    if (!json)
+        printf("vpmm-growth: %zu GiB from empty\n", gib);
+    for (size_t i = 0; i < sizeof PATTERNS / sizeof PATTERNS[0] && rc == 0; i++)
+        rc = run(backend, &PATTERNS[i], gib << 30, json);
+    return rc;
+}
