@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# run_all.sh — every figure in bench/RESULTS.md, in one run (on the device machine for the GPU
+# rows; the host rows run anywhere). Builds build-bench/ (Release), then writes JSON lines to
+# $OUT/bench.jsonl (default ./bench-out/) and prints the summary tables last.
+#
+#   bash bench/run_all.sh            # everything the machine can do
+#   REPS=5 bash bench/run_all.sh     # more repetitions of the timed vpmm/cuda replays
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-bench-out}
+mkdir -p "$out"
+log="$out/bench.jsonl"
+: >"$log"
+reps=${REPS:-3}
+
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DVPMM_BUILD_TESTS=OFF >"$out/configure.log" 2>&1 &&
+  cmake --build build-bench -j"$(nproc)" --target vpmm-replay vpmm-growth >"$out/build.log" 2>&1 ||
+  { tail -n 30 "$out/build.log"; exit 1; }
+replay=build-bench/bin/vpmm-replay
+growth=build-bench/bin/vpmm-growth
+gpu=0
+if "$replay" --backend cuda --json bench/traces/synthetic_scattered.trace.gz >/dev/null 2>&1; then gpu=1; fi
+
+emit() { # emit TAG JSON...
+  local tag=$1; shift
+  [ -n "$*" ] && echo "{\"run\": \"$tag\", ${*#\{}" >>"$log"
+}
+
+for t in bench/traces/*.trace.gz; do
+  emit host "$("$replay" --backend host --json --quiet "$t")"
+  if [ $gpu = 1 ]; then
+    for r in $(seq "$reps"); do emit "cuda#$r" "$("$replay" --backend cuda --json --quiet "$t")"; done
+    for r in 1 2; do emit "async#$r" "$("$replay" --backend cudaMallocAsync --json --quiet "$t")"; done
+    emit malloc "$("$replay" --backend cudaMalloc --json --quiet "$t")"
+  fi
+done
+# The exact-size cache's cap: footprint against hot path (host backend, deterministic footprint).
+for c in 0 2 5 10 20 50 100; do
+  for t in bench/traces/gpt2_train.trace.gz bench/traces/bert_infer.trace.gz; do
+    emit "cache$c" "$(VPMM_CACHE_PERCENT=$c "$replay" --backend host --json --quiet "$t")"
+  done
+done
+if [ $gpu = 1 ]; then
+  for b in cuda cudaMallocAsync cudaMalloc; do
+    for r in 1 2; do "$growth" --backend $b --json | while read -r l; do emit "growth#$r" "$l"; done; done
+  done
+fi
+"$replay" --backend "$([ $gpu = 1 ] && echo cuda || echo host)" --quiet \
+  --svg "$out/gpt2_train.svg" bench/traces/gpt2_train.trace.gz >/dev/null
+python3 bench/summarize.py "$log"
