@@ -13,7 +13,6 @@
  * Exit status: 0 ok, 1 bad usage or trace, 2 backend unavailable, 3 an allocator error.
  */
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +73,7 @@ static void calibrate_ticks(void)
 static uint32_t to_ns(uint64_t t)
 {
     double ns = (double)t / ticks_per_ns;
-    return ns > 4e9 ? UINT32_MAX : (uint32_t)lround(ns);
+    return ns > 4e9 ? UINT32_MAX : (uint32_t)(ns + 0.5);
 }
 
 static int cmp_u32(const void *a, const void *b)

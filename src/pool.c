@@ -267,10 +267,10 @@ static void make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s, siz
 static vpmm_region_t *allocate_from(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s, size_t rsize,
                                     size_t requested)
 {
-    vpmm_i_index_del(p, r);
     if (r->size > rsize) {
-        vpmm_region_t *rest = vpmm_i_region_split(p, r, r->addr + rsize);
-        vpmm_i_index_add(p, rest); /* same owner and state; its neighbours were not mergeable */
+        r = vpmm_i_free_take_front(p, r, rsize); /* the rest keeps its place and state */
+    } else {
+        vpmm_i_index_del(p, r);
     }
     make_allocated(p, r, s, requested);
     return r;

@@ -47,8 +47,7 @@ vpmm_region_t *vpmm_i_region_take(vpmm_pool_t *p)
     vpmm_region_t *r = p->spare;
     p->spare = r->next;
     p->spare_count--;
-    memset(r, 0, sizeof *r);
-    return r;
+    return r; /* callers initialise every field (split copies, carve and chunk_add set them) */
 }
 
 void vpmm_i_region_give(vpmm_pool_t *p, vpmm_region_t *r)
@@ -202,6 +201,44 @@ vpmm_region_t *vpmm_i_region_split(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t a
     if (r->next)
         r->next->prev = n;
     r->next = n;
+    return n;
+}
+
+/*
+ * Carve the first `bytes` of an indexed FREE region off as a new, unindexed region; the rest
+ * stays r, indexed as it was (its pending-list place, marker and owner do not change, only its
+ * key in the size tree):
+ *
+ *     r: [.............................)
+ *  => n: [..bytes..) r: [...............)
+ *
+ * This is the hot path's split (malloc from a tree fit): one tree re-key instead of unindexing,
+ * splitting and indexing two regions.
+ */
+vpmm_region_t *vpmm_i_free_take_front(vpmm_pool_t *p, vpmm_region_t *r, size_t bytes)
+{
+    vpmm_rbtree_t *tree = r->ready ? &p->ready : &r->stream->free_tree;
+    vpmm_region_t *n = vpmm_i_region_take(p);
+
+    memset(n, 0, sizeof *n);
+    n->addr = r->addr;
+    n->size = bytes;
+    n->chunk = r->chunk;
+    n->prev = r->prev;
+    n->next = r;
+    if (r->prev)
+        r->prev->next = n;
+    else
+        r->chunk->first = n;
+    r->prev = n;
+
+    vpmm_rb_remove(tree, &r->node);
+    r->addr += bytes;
+    r->size -= bytes;
+    tree_add(tree, r);
+    p->c.free_bytes -= bytes;
+    if (!r->ready)
+        r->stream->pending_bytes -= bytes;
     return n;
 }
 

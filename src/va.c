@@ -8,6 +8,7 @@
  * checked in check.c.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pool.h"
 
@@ -33,6 +34,7 @@ vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_chunk_t **out)
     c->size = p->opt.va_size;
     c->index = p->next_chunk_index++;
     r = vpmm_i_region_take(p);
+    memset(r, 0, sizeof *r);
     r->addr = base;
     r->size = c->size;
     r->chunk = c;
