@@ -24,12 +24,12 @@
 
 void vpmm_i_lock(const vpmm_pool_t *p)
 {
-    pthread_mutex_lock(&((vpmm_pool_t *)p)->lock);
+    vpmm_lock_acquire(&((vpmm_pool_t *)p)->lock);
 }
 
 void vpmm_i_unlock(const vpmm_pool_t *p)
 {
-    pthread_mutex_unlock(&((vpmm_pool_t *)p)->lock);
+    vpmm_lock_release(&((vpmm_pool_t *)p)->lock);
 }
 
 vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r)
@@ -97,7 +97,6 @@ static void pool_free_host(vpmm_pool_t *p)
     vpmm_hmap_fini(&p->allocs);
     vpmm_hmap_fini(&p->maps);
     vpmm_i_region_slabs_free(p);
-    pthread_mutex_destroy(&p->lock);
     if (p->owns_drv)
         p->drv->close(p->drv);
     free(p);
@@ -164,7 +163,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     p->owns_drv = owns_drv;
     p->opt = *opt;
     p->granularity = gran;
-    pthread_mutex_init(&p->lock, NULL);
+    vpmm_lock_init(&p->lock);
     vpmm_rb_init(&p->holes);
     vpmm_rb_init(&p->ready);
     if (vpmm_hmap_init(&p->allocs, 1024) != 0 || vpmm_hmap_init(&p->maps, 1024) != 0) {

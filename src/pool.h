@@ -41,12 +41,12 @@
 #ifndef VPMM_POOL_H
 #define VPMM_POOL_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "driver.h"
 #include "hashmap.h"
+#include "lock.h"
 #include "options.h"
 #include "rbtree.h"
 #include "status.h"
@@ -122,7 +122,7 @@ typedef struct vpmm_counters {
 } vpmm_counters_t;
 
 struct vpmm_pool {
-    pthread_mutex_t lock;
+    vpmm_lock_t lock;
     vpmm_driver_t *drv;
     int owns_drv;
     vpmm_options_t opt;
