@@ -309,6 +309,20 @@ void backend_sample(backend_t *b, backend_sample_t *out)
     }
 }
 
+void backend_sample_cheap(backend_t *b, backend_sample_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->live = b->live;
+    if (b->kind == K_VPMM) {
+        vpmm_stats_t s;
+        vpmm_get_stats(b->pool, &s);
+        out->live = s.live_bytes;
+        out->device = s.mapped_bytes;
+    } else {
+        backend_sample(b, out);
+    }
+}
+
 void backend_finish(backend_t *b, backend_result_t *out)
 {
     memset(out, 0, sizeof *out);

@@ -61,6 +61,8 @@ backend_rc_t backend_after_malloc(backend_t *b, void *p, size_t size, size_t str
 backend_rc_t backend_before_free(backend_t *b, void *p, size_t size, size_t stream);
 
 void backend_sample(backend_t *b, backend_sample_t *out);
+/* Only live and device bytes (cheap enough to call after every operation). */
+void backend_sample_cheap(backend_t *b, backend_sample_t *out);
 /* Waits for the device, then fills the result. */
 void backend_finish(backend_t *b, backend_result_t *out);
 void backend_close(backend_t *b);

@@ -192,6 +192,7 @@ static int replay(const trace_t *t, backend_t *b, const options_t *o, result_t *
     uint32_t *ft = malloc((t->frees ? t->frees : 1) * sizeof *ft);
     size_t every = t->nops / MAX_SVG_POINTS + 1;
     int last_pct = -1, rc = 0, tty = !o->quiet && isatty(2);
+    uint64_t peak_live_iv = 0, peak_dev_iv = 0;
     uint64_t t0 = now_ns();
 
     memset(r, 0, sizeof *r);
@@ -230,10 +231,23 @@ static int replay(const trace_t *t, backend_t *b, const options_t *o, result_t *
             ft[r->frees++] = to_ns(ticks() - a);
             ptr[op->slot] = NULL;
         }
-        if (pts != NULL && (i % every == 0 || i + 1 == t->nops)) {
-            pts[*npts].op = i + 1;
-            backend_sample(b, &pts[*npts].s);
-            (*npts)++;
+        if (pts != NULL) {
+            /* Each point is the maximum over its interval, so no peak falls between samples;
+             * free bytes and holes are read at the interval's end. */
+            backend_sample_t now;
+            backend_sample_cheap(b, &now);
+            if (now.live > peak_live_iv)
+                peak_live_iv = now.live;
+            if (now.device > peak_dev_iv)
+                peak_dev_iv = now.device;
+            if ((i + 1) % every == 0 || i + 1 == t->nops) {
+                pts[*npts].op = i + 1;
+                backend_sample(b, &pts[*npts].s);
+                pts[*npts].s.live = peak_live_iv;
+                pts[*npts].s.device = peak_dev_iv;
+                (*npts)++;
+                peak_live_iv = peak_dev_iv = 0;
+            }
         }
         if (tty && (i & 1023) == 0)
             progress(i, t->nops, &last_pct);

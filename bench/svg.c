@@ -8,7 +8,7 @@
 
 #include "svg.h"
 
-enum { W = 1000, H = 460, ML = 70, MR = 20, MT = 50, MB = 60 };
+enum { W = 1000, H = 480, ML = 70, MR = 20, MT = 70, MB = 60 };
 
 typedef struct series {
     const char *name;
@@ -45,7 +45,9 @@ static double nice_step(double range)
 
 static void human(double bytes, char *buf, size_t len)
 {
-    if (bytes >= 1e9)
+    if (bytes == 0)
+        snprintf(buf, len, "0");
+    else if (bytes >= 1e9)
         snprintf(buf, len, "%.3g GB", bytes / 1e9);
     else
         snprintf(buf, len, "%.3g MB", bytes / 1e6);
@@ -73,7 +75,7 @@ int svg_write(const char *path, const char *title, const svg_point_t *pts, size_
     fprintf(f,
             "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
             "font-family='sans-serif' font-size='12'>\n<rect width='100%%' height='100%%' "
-            "fill='white'/>\n<text x='%d' y='24' font-size='15'>%s</text>\n",
+            "fill='white'/>\n<text x='%d' y='22' font-size='15'>%s</text>\n",
             W, H, ML, title);
     for (double y = 0; y <= (double)ymax + 1; y += step) {
         double py = MT + ph - y / (double)ymax * ph;
@@ -99,13 +101,15 @@ int svg_write(const char *path, const char *title, const svg_point_t *pts, size_
         fprintf(f, "'/>\n");
     }
     for (int k = 0; k < nseries; k++) {
+        /* Two columns, two rows: long labels never collide. */
+        int x = ML + 10 + (k % 2) * 430, y = MT - 24 + (k / 2) * 16;
         char lab[32];
         human((double)peak[k], lab, sizeof lab);
         fprintf(f,
                 "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='%s' stroke-width='3' "
                 "stroke-dasharray='%s'/><text x='%d' y='%d'>%s, peak %s</text>\n",
-                ML + 10 + k * 225, MT - 12, ML + 34 + k * 225, MT - 12, SERIES[k].color,
-                SERIES[k].dash, ML + 40 + k * 225, MT - 8, SERIES[k].name, lab);
+                x, y, x + 24, y, SERIES[k].color, SERIES[k].dash, x + 30, y + 4, SERIES[k].name,
+                lab);
     }
     fprintf(f, "</svg>\n");
     return fclose(f) == 0 ? 0 : -1;
