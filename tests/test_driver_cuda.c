@@ -558,6 +558,29 @@ static void test_capture_invalidated(void **state)
  * while some other stream is being captured in global mode. Informational: prints what the
  * driver answers and whether the other capture survives the question.
  */
+/*
+ * driver.h rule 6: the legacy default stream is never captured, so the pool skips the capture
+ * query for it on the malloc hot path. Check the driver agrees: a capture cannot begin on it.
+ */
+static void test_no_capture_on_legacy_stream(void **state)
+{
+    (void)state;
+    vpmm_driver_t *d = open_or_skip();
+    vpmm_capture_status_t st;
+    uint64_t id;
+    cudaError_t e = cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal);
+    printf("[driver_cuda] cudaStreamBeginCapture(legacy stream): %s\n", cudaGetErrorName(e));
+    if (e == cudaSuccess) {
+        cudaGraph_t g;
+        (void)cudaStreamEndCapture(0, &g);
+        fail_msg("the driver began a capture on the legacy default stream");
+    }
+    (void)cudaGetLastError(); /* clear the expected error */
+    assert_int_equal(d->capture_info(d, NULL, &st, &id), VPMM_DRV_OK);
+    assert_int_equal(st, VPMM_CAPTURE_NONE);
+    d->close(d);
+}
+
 static void test_capture_legacy_stream_query(void **state)
 {
     (void)state;
@@ -766,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_capture_info),
         cmocka_unit_test(test_capture_invalidated),
         cmocka_unit_test(test_capture_legacy_stream_query),
+        cmocka_unit_test(test_no_capture_on_legacy_stream),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_release_returns_memory),
         cmocka_unit_test(test_thread_without_context),

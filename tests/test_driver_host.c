@@ -1277,6 +1277,38 @@ static void test_capture_invalidation(void **state)
 }
 
 /* A stream that waits on a captured event joins the capture, and leaves when the origin ends. */
+/*
+ * The legacy default stream is never captured, as in CUDA (the pool's hot path relies on it,
+ * driver.h rule 6): beginning a capture on it fails, and it cannot join one through a wait.
+ */
+static void test_capture_not_on_legacy_stream(void **state)
+{
+    (void)state;
+    vpmm_driver_t *d = open_host(0, 64 * MiB);
+    vpmm_stream_t s = vpmm_host_stream_create(d);
+    vpmm_drv_event_t ev;
+    vpmm_capture_status_t st;
+    uint64_t id = 0;
+
+    assert_int_equal(vpmm_host_begin_capture(d, NULL, &id), VPMM_DRV_NOT_SUPPORTED);
+    assert_int_equal(d->last_code, 900);
+    assert_int_equal(vpmm_host_begin_capture(d, (vpmm_stream_t)(uintptr_t)1, &id),
+                     VPMM_DRV_NOT_SUPPORTED);
+    assert_int_equal(vpmm_host_begin_capture(d, s, &id), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_record(d, ev, s), VPMM_DRV_OK); /* a node in s's capture */
+    assert_int_equal(d->stream_wait_event(d, NULL, ev), VPMM_DRV_ERROR);
+    assert_int_equal(d->last_code, 906);
+    assert_int_equal(d->capture_info(d, NULL, &st, &id), VPMM_DRV_OK);
+    assert_int_equal(st, VPMM_CAPTURE_NONE);
+    assert_int_equal(d->capture_info(d, s, &st, &id), VPMM_DRV_OK);
+    assert_int_equal(st, VPMM_CAPTURE_INVALIDATED); /* as CUDA: the implicit join broke it */
+    assert_int_equal(vpmm_host_end_capture(d, s), VPMM_DRV_ERROR);
+    assert_int_equal(d->event_destroy(d, ev), VPMM_DRV_OK);
+    CHECKED(d);
+    close_host(d);
+}
+
 static void test_capture_join(void **state)
 {
     (void)state;
@@ -1349,6 +1381,7 @@ int main(void)
         cmocka_unit_test(test_capture_basics),
         cmocka_unit_test(test_capture_invalidation),
         cmocka_unit_test(test_capture_join),
+        cmocka_unit_test(test_capture_not_on_legacy_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
