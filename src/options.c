@@ -123,9 +123,12 @@ const char *vpmm_i_format_bytes(size_t bytes, char *buf, size_t len)
     return buf;
 }
 
-/* Reads one size-valued variable; leaves *value alone when unset. */
-static vpmm_status_t env_size(const char *name, size_t *value, vpmm_option_source_t *src,
-                              int count_only)
+/*
+ * Reads one variable (a byte size, or a plain count) and checks it lies in [lo, hi]; leaves *value
+ * alone when unset. `what` names the range in the message ("must be positive").
+ */
+static vpmm_status_t env_number(const char *name, size_t *value, vpmm_option_source_t *src,
+                                int count_only, size_t lo, size_t hi, const char *what)
 {
     const char *text = getenv(name);
     size_t v;
@@ -144,9 +147,12 @@ static vpmm_status_t env_size(const char *name, size_t *value, vpmm_option_sourc
                          name, text);
         return VPMM_ERROR_INVALID_ENV;
     }
+    if (v < lo || v > hi) {
+        vpmm_i_set_error("%s='%s': %s", name, text, what);
+        return VPMM_ERROR_INVALID_ENV;
+    }
     *value = v;
-    if (src != NULL)
-        *src = VPMM_FROM_ENV;
+    *src = VPMM_FROM_ENV;
     return VPMM_SUCCESS;
 }
 
@@ -202,31 +208,15 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     /* Parse every variable even if the config overrides it: a typo should never go unnoticed. */
     if (!config->ignore_env) {
         VPMM_CHECK(env_backend(&env_back));
-        VPMM_CHECK(env_size("VPMM_PAGE_SIZE", &env_page, &page_src, 0));
-        VPMM_CHECK(env_size("VPMM_VA_SIZE", &env_va, &va_src, 0));
-        VPMM_CHECK(env_size("VPMM_PAGES", &env_pages, &pages_src, 1));
-        VPMM_CHECK(env_size("VPMM_HOST_MEMORY", &env_host, &host_src, 0));
-        VPMM_CHECK(env_size("VPMM_CACHE_PERCENT", &env_cache, &cache_src, 1));
-        if (cache_src == VPMM_FROM_ENV && env_cache > 100) {
-            vpmm_i_set_error("VPMM_CACHE_PERCENT='%s': expected 0 to 100",
-                             getenv("VPMM_CACHE_PERCENT"));
-            return VPMM_ERROR_INVALID_ENV;
-        }
-        if (page_src == VPMM_FROM_ENV && env_page == 0) {
-            vpmm_i_set_error("VPMM_PAGE_SIZE='%s': the page size must be positive",
-                             getenv("VPMM_PAGE_SIZE"));
-            return VPMM_ERROR_INVALID_ENV;
-        }
-        if (va_src == VPMM_FROM_ENV && env_va == 0) {
-            vpmm_i_set_error("VPMM_VA_SIZE='%s': the VA chunk size must be positive",
-                             getenv("VPMM_VA_SIZE"));
-            return VPMM_ERROR_INVALID_ENV;
-        }
-        if (host_src == VPMM_FROM_ENV && env_host == 0) {
-            vpmm_i_set_error("VPMM_HOST_MEMORY='%s': the emulated device memory must be positive",
-                             getenv("VPMM_HOST_MEMORY"));
-            return VPMM_ERROR_INVALID_ENV;
-        }
+        VPMM_CHECK(env_number("VPMM_PAGE_SIZE", &env_page, &page_src, 0, 1, SIZE_MAX,
+                              "the page size must be positive"));
+        VPMM_CHECK(env_number("VPMM_VA_SIZE", &env_va, &va_src, 0, 1, SIZE_MAX,
+                              "the VA chunk size must be positive"));
+        VPMM_CHECK(env_number("VPMM_PAGES", &env_pages, &pages_src, 1, 0, SIZE_MAX, ""));
+        VPMM_CHECK(env_number("VPMM_HOST_MEMORY", &env_host, &host_src, 0, 1, SIZE_MAX,
+                              "the emulated device memory must be positive"));
+        VPMM_CHECK(env_number("VPMM_CACHE_PERCENT", &env_cache, &cache_src, 1, 0, 100,
+                              "expected 0 to 100"));
     }
 
     memset(&o, 0, sizeof o);

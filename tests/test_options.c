@@ -19,8 +19,10 @@
 #include "options.h"
 #include "test_util.h"
 
-static const char *const env_vars[] = { "VPMM_PAGE_SIZE", "VPMM_VA_SIZE", "VPMM_PAGES",
-                                        "VPMM_BACKEND", "VPMM_HOST_MEMORY" };
+static const char *const env_vars[] = {
+    "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
+    "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT"
+};
 
 static void unset_all(void)
 {
@@ -973,6 +975,35 @@ static void test_create_env_page_6m_default_va(void **state)
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
 }
 
+/* VPMM_CACHE_PERCENT: 0..100, a plain count; config.cache_percent -1 (default) or 0..100. */
+static void test_cache_percent(void **state)
+{
+    vpmm_options_t o;
+    vpmm_config_t c;
+    (void)state;
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.cache_percent, VPMM_DEFAULT_CACHE_PERCENT);
+    set_env("VPMM_CACHE_PERCENT", "0");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.cache_percent, 0);
+    set_env("VPMM_CACHE_PERCENT", "101");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    assert_string_equal(vpmm_last_error(), "VPMM_CACHE_PERCENT='101': expected 0 to 100");
+    set_env("VPMM_CACHE_PERCENT", "5%");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("expected a decimal count");
+    unset_all();
+    vpmm_config_init(&c);
+    assert_int_equal(c.cache_percent, -1);
+    c.cache_percent = 101;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("config.cache_percent=101");
+    c.cache_percent = 25;
+    set_env("VPMM_CACHE_PERCENT", "3"); /* the config wins */
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.cache_percent, 25);
+}
+
 #define ENV_TEST(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
 
 int main(void)
@@ -1023,6 +1054,7 @@ int main(void)
         ENV_TEST(test_create_cuda_without_gpu),
         ENV_TEST(test_create_auto),
         ENV_TEST(test_create_env_page_6m_default_va),
+        ENV_TEST(test_cache_percent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
