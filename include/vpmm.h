@@ -38,11 +38,15 @@ extern "C" {
 /* Every allocation is aligned to (and its size rounded up to) this many bytes, like cudaMalloc. */
 #define VPMM_ALIGNMENT 256u
 
-/* The same type as cudaStream_t / CUstream, without including a CUDA header. */
+/* The same types as cudaStream_t / CUstream and cudaGraph_t / CUgraph, without a CUDA header. */
 struct CUstream_st;
 typedef struct CUstream_st *vpmm_stream_t;
+struct CUgraph_st;
+typedef struct CUgraph_st *vpmm_graph_t;
 
 typedef struct vpmm_pool vpmm_pool_t;
+typedef struct vpmm_graph_pool vpmm_graph_pool_t; /* a private pool for captured graphs */
+typedef struct vpmm_checkpoint vpmm_checkpoint_t; /* a graph pool's region state, saved */
 
 /* Status codes. Values are stable (they may be logged or compared across versions). */
 typedef enum vpmm_status {
@@ -60,8 +64,11 @@ typedef enum vpmm_status {
     VPMM_ERROR_DRIVER = 11,            /* a driver call failed; see vpmm_pool_last_driver_error */
     VPMM_ERROR_INVALID_CONFIG = 12,    /* a vpmm_config_t field is out of range */
     VPMM_ERROR_INVALID_ENV = 13,       /* a VPMM_* environment variable is malformed */
-    VPMM_ERROR_STREAM_CAPTURING = 14, /* the stream is being captured and no graph pool serves it */
-    VPMM_ERROR_POOL_BUSY = 15,        /* the pool still has live allocations */
+    VPMM_ERROR_STREAM_CAPTURING = 14,  /* the stream (or graph pool) is being captured: not now */
+    VPMM_ERROR_POOL_BUSY = 15,         /* live allocations or graph pools remain */
+    VPMM_ERROR_WRONG_POOL = 16,        /* the object belongs to another pool or graph pool */
+    VPMM_ERROR_CHECKPOINT_CONFLICT = 17, /* a checkpointed allocation is no longer mapped */
+    VPMM_ERROR_NOT_CAPTURING = 18,       /* the stream is not being captured */
 } vpmm_status_t;
 
 /* Which implementation of the driver the pool runs on. */
@@ -114,7 +121,32 @@ typedef struct vpmm_stats {
     uint64_t cross_stream_waits; /* GPU-side waits inserted to reuse another stream's memory */
     uint64_t va_chunks;          /* VA chunks currently reserved */
     uint64_t streams;            /* streams the pool currently tracks */
+    uint64_t graph_pools;        /* graph pools alive (created or captured, not yet returned) */
+    size_t private_mapped_bytes; /* of mapped_bytes, what graph pools hold */
+    size_t private_live_bytes;   /* of live_bytes, what graph pools hold */
 } vpmm_stats_t;
+
+/* A graph pool's statistics (vpmm_graph_pool_stats); its share of the pool's vpmm_stats_t. */
+typedef struct vpmm_graph_pool_stats {
+    unsigned id;              /* the graph pool's id (the `pool` column of vpmm_pool_dump) */
+    size_t live_bytes;        /* requested sizes of its live allocations */
+    size_t allocated_bytes;   /* the same, rounded up to VPMM_ALIGNMENT */
+    size_t peak_live_bytes;   /* max of live_bytes since creation or reset */
+    size_t mapped_bytes;      /* physical memory it holds */
+    size_t peak_mapped_bytes; /* max of mapped_bytes since creation or reset */
+    size_t free_bytes;        /* mapped, not allocated (reused by its later captures) */
+    size_t hole_bytes;        /* its reserved VA with nothing mapped */
+    size_t zombie_bytes;      /* its old VA of pages the shared pool took back while idle */
+    size_t reserved_va_bytes; /* its VA reservations */
+    uint64_t live_allocs;     /* its live allocations */
+    uint64_t mallocs, frees;  /* calls it served */
+    uint64_t grows;           /* mallocs that mapped pages into it */
+    uint64_t pages_created;   /* pages created for it */
+    uint64_t pages_taken;     /* free pages it took over from the shared pool */
+    uint64_t graphs;          /* graphs (being) captured into it that are still alive */
+    uint64_t captures;        /* captures into it in progress */
+    int pinned;               /* its pages may not leave it: a graph or capture uses it */
+} vpmm_graph_pool_stats_t;
 
 /* Region states, as reported by vpmm_pool_walk and vpmm_pool_dump. */
 typedef enum vpmm_region_state {
@@ -133,6 +165,7 @@ typedef struct vpmm_region_info {
     size_t requested;     /* allocated: the size the caller asked for */
     unsigned chunk;       /* index of the VA chunk, in reservation order */
     uintptr_t chunk_base; /* start of that chunk */
+    unsigned pool;        /* 0: the shared pool; else the id of the graph pool that owns it */
 } vpmm_region_info_t;
 
 /* Called once per region in address order; return nonzero to stop the walk. */
@@ -210,6 +243,137 @@ const char *vpmm_pool_backend_name(const vpmm_pool_t *pool);
  */
 vpmm_status_t vpmm_pool_last_driver_error(const vpmm_pool_t *pool, int *out_code,
                                           const char **out_call);
+
+/* ---- graph pools and captures ------------------------------------------------------------ */
+/*
+ * Allocations made on a stream while it is being captured into a CUDA graph are served by a
+ * *graph pool* (a private pool) instead of the shared pool: its addresses never move, so the
+ * graph can be replayed for as long as it lives. Every stream of a capture (also streams joined
+ * into it through events) allocates from the capture's graph pool, sub-page sizes included, with
+ * no event query and no host synchronisation. Memory freed during the capture is reused by later
+ * allocations of the same stream in that capture (stream order), and by any stream of a later
+ * capture into the pool once this one has ended.
+ *
+ * Graphs captured into one graph pool share its memory: replay them one after another (as their
+ * captures ran), never concurrently — the rule PyTorch's shared graph pools follow too.
+ *
+ * Lifetime: each graph captured into a graph pool holds a reference on it (a CUDA user object
+ * retained by the graph, so this also works for captures begun outside vpmm); the handle returned
+ * by vpmm_graph_pool_create is another. Once the graphs, their executable instances (and their
+ * launches) and every handle are gone, the graph pool's pages return to the shared pool, which
+ * may defragment them; allocations still live then become ordinary shared allocations. While no
+ * graph or capture uses a graph pool, the shared pool may also take its free pages.
+ */
+
+/* Creates an empty graph pool of pool (no memory until a capture allocates). */
+vpmm_status_t vpmm_graph_pool_create(vpmm_pool_t *pool, vpmm_graph_pool_t **out_graph_pool);
+
+/* Adds a handle reference (each vpmm_graph_pool_retain needs its vpmm_graph_pool_release). */
+vpmm_status_t vpmm_graph_pool_retain(vpmm_graph_pool_t *graph_pool);
+
+/* Drops a handle reference; the pages go back to the shared pool once no graph uses them. */
+vpmm_status_t vpmm_graph_pool_release(vpmm_graph_pool_t *graph_pool);
+
+vpmm_status_t vpmm_graph_pool_stats(const vpmm_graph_pool_t *graph_pool,
+                                    vpmm_graph_pool_stats_t *out_stats);
+
+/* Resets the graph pool's peak_live_bytes and peak_mapped_bytes to the current values. */
+vpmm_status_t vpmm_graph_pool_reset_peak_stats(vpmm_graph_pool_t *graph_pool);
+
+/* Capture modes (the values of cudaStreamCaptureMode). */
+typedef enum vpmm_stream_capture_mode {
+    VPMM_STREAM_CAPTURE_GLOBAL = 0,
+    VPMM_STREAM_CAPTURE_THREAD_LOCAL = 1,
+    VPMM_STREAM_CAPTURE_RELAXED = 2,
+} vpmm_stream_capture_mode_t;
+
+/*
+ * Begins capturing stream (cudaStreamBeginCapture with mode) into graph_pool, or into a new graph
+ * pool when graph_pool is NULL (vpmm_capture_graph_pool returns it). The legacy default stream
+ * cannot be captured (VPMM_ERROR_INVALID_ARGUMENT); a stream already capturing gets
+ * VPMM_ERROR_STREAM_CAPTURING.
+ */
+vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_pool,
+                                 vpmm_stream_t stream, vpmm_stream_capture_mode_t mode);
+
+/*
+ * Ends the capture on stream (cudaStreamEndCapture) and returns the graph; the caller owns it
+ * (cudaGraphDestroy). Memory freed during the capture becomes reusable by later captures. If the
+ * capture was invalidated, returns VPMM_ERROR_DRIVER and *out_graph = NULL (CUDA discards it).
+ */
+vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_graph_t *out_graph);
+
+/*
+ * For captures begun outside vpmm (e.g. torch.cuda.graph): serve the capture stream is part of
+ * from graph_pool. Call after the capture began and before anything in it allocates; without it
+ * the first allocation of the capture creates a new graph pool for it. A capture already served
+ * by another graph pool gets VPMM_ERROR_WRONG_POOL; a stream not capturing,
+ * VPMM_ERROR_NOT_CAPTURING.
+ */
+vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_pool,
+                                    vpmm_stream_t stream);
+
+/*
+ * The graph pool serving the capture stream is part of (created now if none yet), as a new
+ * handle reference: release it with vpmm_graph_pool_release.
+ */
+vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
+                                      vpmm_graph_pool_t **out_graph_pool);
+
+/* ---- checkpoints ------------------------------------------------------------------------- */
+/*
+ * A checkpoint is a graph pool's mapped region state: its allocated regions (address, size) and
+ * its free regions. Unmapped VA is not part of it. Reapplying it makes the graph pool's state
+ * equal to it again: the checkpoint's allocations are live again at the same addresses and
+ * everything else mapped is free — also pages mapped after the checkpoint was taken. This is how
+ * a graph tree shares one pool: capture G1, take C1, capture G2, reapply C1, capture G3 (G2 and
+ * G3 are alternatives after G1 and reuse each other's memory).
+ */
+
+/* One allocation recorded in a checkpoint. */
+typedef struct vpmm_checkpoint_alloc {
+    void *ptr;
+    size_t size;          /* the size asked for */
+    vpmm_stream_t stream; /* its allocation stream */
+} vpmm_checkpoint_alloc_t;
+
+typedef struct vpmm_checkpoint_info {
+    unsigned graph_pool; /* id of the graph pool it was taken from */
+    size_t allocs;       /* allocations in it */
+    size_t live_bytes;   /* their requested bytes */
+    size_t free_regions; /* free regions in it */
+    size_t free_bytes;   /* their bytes */
+    size_t mapped_bytes; /* live + free, rounded: the mapped memory it describes */
+} vpmm_checkpoint_info_t;
+
+/* Takes a checkpoint of graph_pool (refused with VPMM_ERROR_STREAM_CAPTURING during a capture
+ * into it). */
+vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *graph_pool,
+                                   vpmm_checkpoint_t **out_checkpoint);
+
+/*
+ * Reapplies checkpoint to graph_pool, then frees the n_dead allocations listed in dead (each must
+ * be an allocation of the checkpoint: the caller's way to drop those whose owners have died).
+ * Allocations made after the checkpoint are freed; their pointers are invalid afterwards.
+ * Refused with no change: VPMM_ERROR_WRONG_POOL for a checkpoint of another graph pool,
+ * VPMM_ERROR_CHECKPOINT_CONFLICT when a checkpointed allocation is no longer mapped,
+ * VPMM_ERROR_STREAM_CAPTURING during a capture into the graph pool, VPMM_ERROR_INVALID_ARGUMENT
+ * when a dead pointer is not one of the checkpoint's allocations (or listed twice).
+ */
+vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *graph_pool,
+                                      const vpmm_checkpoint_t *checkpoint, void *const *dead,
+                                      size_t n_dead);
+
+vpmm_status_t vpmm_checkpoint_info(const vpmm_checkpoint_t *checkpoint,
+                                   vpmm_checkpoint_info_t *out_info);
+
+/* Copies up to cap of the checkpoint's allocations (address order) into out; returns how many
+ * there are in all (call with cap 0 to size the array). */
+size_t vpmm_checkpoint_allocs(const vpmm_checkpoint_t *checkpoint, vpmm_checkpoint_alloc_t *out,
+                              size_t cap);
+
+/* Frees a checkpoint (it holds no pool memory; any thread, no pool lock). NULL is ignored. */
+void vpmm_checkpoint_destroy(vpmm_checkpoint_t *checkpoint);
 
 /* ---- errors ------------------------------------------------------------------------------ */
 

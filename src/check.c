@@ -1,5 +1,5 @@
 /*
- * check.c — vpmm_pool_check: validates exactly the invariants I1–I8 written above the structs in
+ * check.c — vpmm_pool_check: validates exactly the invariants I1–I9 written above the structs in
  * pool.h and returns how many are violated (each described on `report`).
  *
  * It recomputes everything from the region lists — byte sums, per-stream reference counts, the
@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "pool.h"
 
@@ -48,6 +49,13 @@ typedef struct sums {
     size_t alloc, live, nalloc, free, hole, zombie, nready, npending, ncached, nholes, nzombies;
     size_t live_pages, zombie_pages;
 } sums_t;
+
+/* One arena's share, recomputed from its chunks (I7, I9). */
+typedef struct arena_sums {
+    const vpmm_arena_t *arena;
+    size_t alloc, live, nalloc, free, hole, zombie, va, nready, nholes, npending, ncapture;
+    unsigned chunks;
+} arena_sums_t;
 
 /* I3: the pages of one region are mapped as its state requires. */
 static void check_pages(const vpmm_pool_t *p, const vpmm_region_t *r, uintptr_t *last_live,
@@ -98,6 +106,8 @@ static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s
         s->free += r->size;
         if (r->cached) {
             s->ncached++;
+            if (vpmm_i_arena_of(r)->priv)
+                fail(k, "I9: cached region 0x%" PRIxPTR " in a graph pool", r->addr);
             if (r->ready || r->stream == NULL)
                 fail(k, "cached region 0x%" PRIxPTR " is ready or has no stream", r->addr);
             else {
@@ -112,6 +122,14 @@ static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s
                 fail(k, "ready region 0x%" PRIxPTR " still names a stream", r->addr);
         } else if (r->stream == NULL) {
             fail(k, "pending region 0x%" PRIxPTR " has no stream", r->addr);
+        } else if (r->seq == VPMM_SEQ_CAPTURE) {
+            s->npending++;
+            bump(refs, r->stream, k);
+            if (!vpmm_i_arena_of(r)->priv || vpmm_i_arena_of(r)->captures == 0)
+                fail(k,
+                     "I8: region 0x%" PRIxPTR " waits for a capture's end with no capture into "
+                     "its arena",
+                     r->addr);
         } else {
             s->npending++;
             bump(refs, r->stream, k);
@@ -155,15 +173,59 @@ static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s
     }
 }
 
-static void check_chunks(const vpmm_pool_t *p, sums_t *s, vpmm_hmap_t *refs, checker_t *k,
-                         size_t *va)
+/* Adds r to its arena's sums. */
+static void count_in_arena(const vpmm_region_t *r, arena_sums_t *a)
+{
+    switch (r->state) {
+    case VPMM_REGION_ALLOCATED:
+        a->alloc += r->size;
+        a->live += r->requested;
+        a->nalloc++;
+        break;
+    case VPMM_REGION_FREE:
+        a->free += r->size;
+        if (r->ready)
+            a->nready++;
+        else if (!r->cached)
+            a->npending++;
+        if (!r->ready && r->seq == VPMM_SEQ_CAPTURE)
+            a->ncapture++;
+        break;
+    case VPMM_REGION_HOLE:
+        a->hole += r->size;
+        a->nholes++;
+        break;
+    case VPMM_REGION_ZOMBIE:
+        a->zombie += r->size;
+        break;
+    }
+}
+
+static arena_sums_t *sums_of(arena_sums_t *as, size_t n, const vpmm_arena_t *a)
+{
+    for (size_t i = 0; i < n; i++)
+        if (as[i].arena == a)
+            return &as[i];
+    return NULL;
+}
+
+static void check_chunks(const vpmm_pool_t *p, sums_t *s, arena_sums_t *as, size_t nas,
+                         vpmm_hmap_t *refs, checker_t *k, size_t *va)
 {
     unsigned n = 0;
     for (const vpmm_chunk_t *c = p->chunks; c; c = c->next, n++) {
         uintptr_t at = c->base, last_live = 0;
         const vpmm_region_t *prev = NULL;
+        arena_sums_t *a = sums_of(as, nas, c->arena);
         *va += c->size;
+        if (a == NULL) {
+            fail(k, "I9: chunk %u belongs to an arena the pool does not list", c->index);
+            continue;
+        }
+        a->va += c->size;
+        a->chunks++;
         for (const vpmm_region_t *r = c->first; r; prev = r, r = r->next) {
+            count_in_arena(r, a);
             if (r->chunk != c || r->prev != prev)
                 fail(k, "I1: region 0x%" PRIxPTR " has bad chunk or prev link", r->addr);
             if (r->addr != at || r->size == 0)
@@ -213,7 +275,8 @@ static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_
     if (t->completed > t->recorded)
         fail(k, "I8: stream %p completed %" PRIu64 " > recorded %" PRIu64, (void *)t->handle,
              t->completed, t->recorded);
-    for (const vpmm_region_t *r = t->pend_head; r; r = r->qnext) {
+    size_t all = 0;
+    for (const vpmm_region_t *r = t->pend_head; r; r = r->qnext, all++) {
         if (r->state != VPMM_REGION_FREE || r->ready || r->stream != t)
             fail(k, "I7: stream %p pending list holds a foreign region 0x%" PRIxPTR,
                  (void *)t->handle, r->addr);
@@ -222,6 +285,8 @@ static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_
         if ((r->qnext == NULL) != (r == t->pend_tail))
             fail(k, "I7: stream %p pending list tail is wrong", (void *)t->handle);
         dirty += r->seq == t->recorded;
+        if (vpmm_i_arena_of(r)->priv)
+            continue; /* in its arena's side tree: check_arena */
         bytes += r->size;
         n++;
     }
@@ -238,7 +303,7 @@ static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_
     if (count_of(refs, t) != t->refs)
         fail(k, "stream %p refs %zu != %zu regions naming it", (void *)t->handle, t->refs,
              count_of(refs, t));
-    *npending += n;
+    *npending += all;
 }
 
 /* I4: zombie regions are whole handles; count each handle's zombie mappings. */
@@ -311,18 +376,62 @@ static void check_counters(const vpmm_pool_t *p, const sums_t *s, size_t va, che
         fail(k, "peaks below current values");
 }
 
+/* I7 and I9 for one arena: its trees hold exactly its regions; a private one's counters. */
+static void check_arena(const vpmm_pool_t *p, const arena_sums_t *a, checker_t *k)
+{
+    const vpmm_arena_t *ar = a->arena;
+    size_t nside = 0;
+    (void)p;
+    if (ar->ready.count != a->nready || vpmm_rb_validate(&ar->ready) != 0)
+        fail(k, "I7: arena %u ready tree has %zu nodes for %zu ready regions (or is malformed)",
+             ar->id, ar->ready.count, a->nready);
+    if (ar->holes.count != a->nholes || vpmm_rb_validate(&ar->holes) != 0)
+        fail(k, "I7: arena %u hole tree has %zu nodes for %zu holes (or is malformed)", ar->id,
+             ar->holes.count, a->nholes);
+    if (ar->chunks != a->chunks)
+        fail(k, "I9: arena %u counts %u chunks, owns %u", ar->id, ar->chunks, a->chunks);
+    if (!ar->priv)
+        return;
+    for (size_t i = 0; i < ar->nside; i++) {
+        const vpmm_rbtree_t *t = &ar->side[i].tree;
+        nside += t->count;
+        if (vpmm_rb_validate(t) != 0)
+            fail(k, "I7: arena %u side tree %zu is malformed", ar->id, i);
+        for (vpmm_rb_node_t *n = vpmm_rb_first(t); n; n = vpmm_rb_next(n)) {
+            const vpmm_region_t *r = VPMM_CONTAINER_OF(n, vpmm_region_t, node);
+            if (r->state != VPMM_REGION_FREE || r->ready || r->stream != ar->side[i].stream ||
+                vpmm_i_arena_of(r) != ar)
+                fail(k, "I7: arena %u side tree holds a foreign region 0x%" PRIxPTR, ar->id,
+                     r->addr);
+        }
+    }
+    if (nside != a->npending)
+        fail(k, "I7: arena %u side trees hold %zu regions for %zu pending", ar->id, nside,
+             a->npending);
+    if (ar->capture_pending != a->ncapture)
+        fail(k, "I9: arena %u counts %zu capture-pending regions, has %zu", ar->id,
+             ar->capture_pending, a->ncapture);
+    if (ar->c.allocated_bytes != a->alloc || ar->c.live_bytes != a->live ||
+        ar->c.live_allocs != a->nalloc || ar->c.free_bytes != a->free ||
+        ar->c.hole_bytes != a->hole || ar->c.zombie_bytes != a->zombie ||
+        ar->c.reserved_va_bytes != a->va)
+        fail(k,
+             "I9: arena %u counters (alloc %zu live %zu n %" PRIu64
+             " free %zu hole %zu zombie %zu va %zu) != regions (%zu %zu %zu %zu %zu %zu %zu)",
+             ar->id, ar->c.allocated_bytes, ar->c.live_bytes, ar->c.live_allocs, ar->c.free_bytes,
+             ar->c.hole_bytes, ar->c.zombie_bytes, ar->c.reserved_va_bytes, a->alloc, a->live,
+             a->nalloc, a->free, a->hole, a->zombie, a->va);
+    if (ar->c.peak_live_bytes < ar->c.live_bytes ||
+        ar->c.peak_mapped_bytes < ar->c.allocated_bytes + ar->c.free_bytes)
+        fail(k, "arena %u peaks below current values", ar->id);
+}
+
 static void check_indexes(const vpmm_pool_t *p, const sums_t *s, checker_t *k)
 {
     size_t nz = 0;
     if (p->allocs.count != s->nalloc)
         fail(k, "I7: allocation table has %zu entries, %zu allocations", p->allocs.count,
              s->nalloc);
-    if (p->ready.count != s->nready || vpmm_rb_validate(&p->ready) != 0)
-        fail(k, "I7: ready tree has %zu nodes for %zu ready regions (or is malformed)",
-             p->ready.count, s->nready);
-    if (p->holes.count != s->nholes || vpmm_rb_validate(&p->holes) != 0)
-        fail(k, "I7: hole tree has %zu nodes for %zu holes (or is malformed)", p->holes.count,
-             s->nholes);
     for (const vpmm_region_t *z = p->zombie_head; z; z = z->qnext, nz++)
         if (z->state != VPMM_REGION_ZOMBIE)
             fail(k, "I7: zombie list holds a non-zombie at 0x%" PRIxPTR, z->addr);
@@ -335,7 +444,8 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
     checker_t k = { report, 0 };
     sums_t s = { 0 };
     vpmm_hmap_t refs;
-    size_t va = 0, npending = 0, ncached = 0, nlive = 0;
+    arena_sums_t *as;
+    size_t va = 0, npending = 0, ncached = 0, nlive = 0, nas = 0;
 
     if (pool == NULL) {
         fail(&k, "pool is NULL");
@@ -346,7 +456,27 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
         return k.violations;
     }
     vpmm_i_lock(pool);
-    check_chunks(pool, &s, &refs, &k, &va);
+    as = calloc(pool->private_count + 1, sizeof *as);
+    if (as == NULL) {
+        vpmm_i_unlock(pool);
+        vpmm_hmap_fini(&refs);
+        fail(&k, "out of host memory while checking");
+        return k.violations;
+    }
+    as[nas++].arena = &pool->shared;
+    for (const vpmm_arena_t *a = pool->privates; a; a = a->next) {
+        if (nas > pool->private_count) {
+            fail(&k, "I9: more private arenas listed than counted (%zu)", pool->private_count);
+            break;
+        }
+        as[nas++].arena = a;
+    }
+    if (nas != pool->private_count + 1)
+        fail(&k, "I9: %zu private arenas listed, %zu counted", nas - 1, pool->private_count);
+    check_chunks(pool, &s, as, nas, &refs, &k, &va);
+    for (size_t i = 0; i < nas; i++)
+        check_arena(pool, &as[i], &k);
+    free(as);
     for (const vpmm_strm_t *t = pool->streams; t; t = t->next, nlive++) {
         if (t->retired)
             fail(&k, "retired stream %p on the live list", (void *)t->handle);

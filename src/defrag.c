@@ -15,7 +15,9 @@
  *    after:   [F free|new|a'|b'|c'|d'][ hole ]  ...  [R|zombie a b c d]
  *
  * Zombies are unmapped in phase 0 of a later malloc, once the marker of the stream that last used
- * the memory has completed; their VA becomes hole again. Called under the pool lock.
+ * the memory has completed; their VA becomes hole again. A graph pool's growth (plan->arena
+ * private) runs the same code with a plan that harvests only ready shared pages: no marker, no
+ * wait, so it is safe during a capture. Called under the pool lock.
  */
 #include <stdlib.h>
 
@@ -169,7 +171,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
         goto host_oom;
 
     if (plan->hole == NULL) {
-        VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &chunk), fail);
+        VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, plan->arena, &chunk), fail);
         vpmm_i_plan_place_in(p, plan, chunk->first);
     }
     /* Zombie guards: the marker covering each pending run must exist. */
@@ -209,7 +211,8 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
         vpmm_i_index_del(p, plan->right);
         vpmm_i_region_absorb_next(p, span);
     }
-    vpmm_i_region_set_free(p, span, s);
+    /* A private span holds only fresh or known-complete pages (and ready neighbours): ready. */
+    vpmm_i_region_set_free(p, span, plan->arena->priv ? NULL : s);
     vpmm_i_index_add(p, span);
     span = vpmm_i_region_coalesce(p, span);
 
@@ -217,7 +220,12 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     p->c.grows += nnew > 0;
     p->c.defrags += plan->npages > nnew;
     p->c.cross_stream_waits += nwaits;
-    if (nnew > 0) {
+    if (plan->arena->priv) {
+        plan->arena->c.pages_remapped += plan->npages - nnew; /* taken from the shared arena */
+        plan->arena->c.pages_created += nnew;
+        plan->arena->c.grows += plan->npages > 0;
+        vpmm_i_arena_note_peaks(plan->arena);
+    } else if (nnew > 0) {
         /* Same-size growths with no free in between make an allocation burst (policy.c). */
         p->grow_streak = p->c.frees == p->grow_frees_mark && plan->req_pages == p->grow_req
                              ? p->grow_streak + 1

@@ -23,6 +23,12 @@ static const char *const entry_names[] = {
     [VPMM_DRV_CAPTURE_INFO] = "cuStreamGetCaptureInfo",
     [VPMM_DRV_MEM_GET_INFO] = "cuMemGetInfo",
     [VPMM_DRV_SYNCHRONIZE] = "cuCtxSynchronize",
+    [VPMM_DRV_BEGIN_CAPTURE] = "cuStreamBeginCapture",
+    [VPMM_DRV_END_CAPTURE] = "cuStreamEndCapture",
+    [VPMM_DRV_USER_OBJECT_CREATE] = "cuUserObjectCreate",
+    [VPMM_DRV_GRAPH_RETAIN_USER_OBJECT] = "cuGraphRetainUserObject",
+    [VPMM_DRV_USER_OBJECT_RELEASE] = "cuUserObjectRelease",
+    [VPMM_DRV_GRAPH_DESTROY] = "cuGraphDestroy",
 };
 
 _Static_assert(sizeof(entry_names) / sizeof(entry_names[0]) == VPMM_DRV_ENTRY_COUNT,

@@ -37,6 +37,14 @@
  *     does the host backend — so callers may skip the query for it (the malloc hot path does).
  *  7. Threads. A driver instance belongs to one pool and is called under that pool's lock.
  *     close() releases everything the instance itself holds (not the caller's handles).
+ *  8. Graphs. begin_capture / end_capture wrap cuStreamBeginCapture / cuStreamEndCapture
+ *     (end_capture returns the captured graph; the caller owns it). capture_info also returns the
+ *     graph being captured when asked (out_graph may be NULL). user_object_create makes a user
+ *     object with one reference, owned by the caller; graph_retain_user_object MOVES that one
+ *     reference to the graph (the caller no longer owns it); user_object_release drops one the
+ *     caller owns. When the last reference goes (the graph and every executable graph made from
+ *     it destroyed, their launches complete), the destructor runs once, on a thread of the
+ *     driver's choosing (see vpmm_drv_uobj_fn).
  */
 #ifndef VPMM_DRIVER_H
 #define VPMM_DRIVER_H
@@ -80,6 +88,12 @@ typedef enum vpmm_drv_entry {
     VPMM_DRV_CAPTURE_INFO,
     VPMM_DRV_MEM_GET_INFO,
     VPMM_DRV_SYNCHRONIZE,
+    VPMM_DRV_BEGIN_CAPTURE,
+    VPMM_DRV_END_CAPTURE,
+    VPMM_DRV_USER_OBJECT_CREATE,
+    VPMM_DRV_GRAPH_RETAIN_USER_OBJECT,
+    VPMM_DRV_USER_OBJECT_RELEASE,
+    VPMM_DRV_GRAPH_DESTROY,
     VPMM_DRV_ENTRY_COUNT
 } vpmm_drv_entry_t;
 
@@ -88,6 +102,19 @@ const char *vpmm_drv_entry_name(vpmm_drv_entry_t entry);
 
 typedef uint64_t vpmm_drv_handle_t; /* a physical allocation (CUmemGenericAllocationHandle) */
 typedef struct vpmm_drv_event *vpmm_drv_event_t; /* an event (CUevent) */
+typedef struct vpmm_drv_uobj *vpmm_drv_uobj_t;   /* a user object (CUuserObject) */
+
+/* Capture modes, with the values of cudaStreamCaptureMode / CUstreamCaptureMode. */
+typedef enum vpmm_capture_mode {
+    VPMM_CAPTURE_MODE_GLOBAL = 0,
+    VPMM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    VPMM_CAPTURE_MODE_RELAXED = 2,
+} vpmm_capture_mode_t;
+
+/* A user object's destructor. CUDA runs it on an internal thread once the last reference is gone
+ * (graph and executable graphs destroyed, their launches complete); it must not call CUDA and
+ * must not block on anything a CUDA call might hold. */
+typedef void (*vpmm_drv_uobj_fn)(void *arg);
 
 typedef struct vpmm_driver vpmm_driver_t;
 
@@ -118,10 +145,22 @@ struct vpmm_driver {
                                      vpmm_drv_event_t event);
 
     vpmm_dres_t (*capture_info)(vpmm_driver_t *d, vpmm_stream_t stream,
-                                vpmm_capture_status_t *out_status, uint64_t *out_id);
+                                vpmm_capture_status_t *out_status, uint64_t *out_id,
+                                vpmm_graph_t *out_graph);
 
     vpmm_dres_t (*mem_get_info)(vpmm_driver_t *d, size_t *out_free, size_t *out_total);
     vpmm_dres_t (*synchronize)(vpmm_driver_t *d);
+
+    /* Graphs (rule 8). */
+    vpmm_dres_t (*begin_capture)(vpmm_driver_t *d, vpmm_stream_t stream, vpmm_capture_mode_t mode);
+    vpmm_dres_t (*end_capture)(vpmm_driver_t *d, vpmm_stream_t stream, vpmm_graph_t *out_graph);
+    vpmm_dres_t (*user_object_create)(vpmm_driver_t *d, vpmm_drv_uobj_fn destroy, void *arg,
+                                      vpmm_drv_uobj_t *out);
+    vpmm_dres_t (*graph_retain_user_object)(vpmm_driver_t *d, vpmm_graph_t graph,
+                                            vpmm_drv_uobj_t obj);
+    vpmm_dres_t (*user_object_release)(vpmm_driver_t *d, vpmm_drv_uobj_t obj);
+    /* cuGraphDestroy: only for a graph vpmm itself ended while abandoning a failed capture. */
+    vpmm_dres_t (*graph_destroy)(vpmm_driver_t *d, vpmm_graph_t graph);
 
     void (*close)(vpmm_driver_t *d);
 };

@@ -13,7 +13,10 @@
  * Versions. Needs a driver of CUDA 12.0 or later (cuGetProcAddress_v2 appeared in 12.0); compiles
  * against the CUDA 13.0 headers. cuStreamGetCaptureInfo is taken at 12030 (v3 signature, with
  * edge data) on a 12.3+ driver and at 11030 (v2) on 12.0-12.2, since cuGetProcAddress refuses a
- * version newer than the driver. Entry points are looked up with CU_GET_PROC_ADDRESS_LEGACY_STREAM:
+ * version newer than the driver; both return the graph being captured. Graph entry points:
+ * cuStreamBeginCapture at 10010 (the _v2 ABI, with a capture mode; 10000 is the mode-less one),
+ * cuStreamEndCapture at 10000, cuUserObjectCreate / cuUserObjectRelease / cuGraphRetainUserObject
+ * at 11030 (their only ABI). Entry points are looked up with CU_GET_PROC_ADDRESS_LEGACY_STREAM:
  * stream 0 (NULL) means the legacy default stream, whatever the application was compiled with
  * (CU_STREAM_PER_THREAD / cudaStreamPerThread still name the per-thread stream explicitly).
  *
@@ -32,6 +35,14 @@
  * Checks. Arguments that break driver.h rule 2 (granularity) are refused here with
  * VPMM_DRV_INVALID before the driver sees them, so the answer does not depend on the driver
  * version; last_code is then CUDA_ERROR_INVALID_VALUE, as the driver would have said.
+ *
+ * Graphs (rule 8). User objects are made with CU_USER_OBJECT_NO_DESTRUCTOR_SYNC (the only flag
+ * CUDA accepts) and one reference; retain moves it to the graph (CU_GRAPH_USER_OBJECT_MOVE).
+ * The destructor runs on a CUDA-internal thread, some time after the last reference went.
+ * begin_capture on the legacy stream (NULL or CU_STREAM_LEGACY) is refused by the driver; its
+ * refusal is reported as VPMM_DRV_NOT_SUPPORTED whatever CUresult it carries (kept in last_code),
+ * as the host backend does. In global and thread-local modes CUDA requires end_capture from the
+ * thread that began the capture.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -47,6 +58,13 @@ _Static_assert(sizeof(vpmm_drv_handle_t) == sizeof(CUmemGenericAllocationHandle)
                "vpmm_drv_handle_t must hold a CUmemGenericAllocationHandle");
 _Static_assert(sizeof(uintptr_t) >= sizeof(CUdeviceptr), "uintptr_t must hold a CUdeviceptr");
 _Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function pointers must fit a void *");
+_Static_assert(_Generic((vpmm_drv_uobj_fn)0, CUhostFn : 1, default : 0),
+               "vpmm_drv_uobj_fn must be the type of CUhostFn");
+_Static_assert((int)VPMM_CAPTURE_MODE_GLOBAL == (int)CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                   (int)VPMM_CAPTURE_MODE_THREAD_LOCAL ==
+                       (int)CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                   (int)VPMM_CAPTURE_MODE_RELAXED == (int)CU_STREAM_CAPTURE_MODE_RELAXED,
+               "vpmm_capture_mode_t must have CUstreamCaptureMode's values");
 
 /* Versions at which the 12.3 capture-info ABI (v3, with edge data) exists. */
 #define CU_CAPTURE_INFO_V3_VERSION 12030
@@ -97,6 +115,13 @@ static struct cu_api {
     PFN_cuStreamWaitEvent_v3020 stream_wait_event;
     PFN_cuStreamGetCaptureInfo_v12030 stream_get_capture_info_v3; /* driver >= 12.3 */
     PFN_cuStreamGetCaptureInfo_v11030 stream_get_capture_info_v2; /* driver 12.0 - 12.2 */
+    PFN_cuStreamBeginCapture_v10010 stream_begin_capture;
+    PFN_cuStreamEndCapture_v10000 stream_end_capture;
+    PFN_cuUserObjectCreate_v11030 user_object_create;
+    PFN_cuUserObjectRelease_v11030 user_object_release;
+    PFN_cuGraphRetainUserObject_v11030 graph_retain_user_object;
+    PFN_cuGraphDestroy_v10000 graph_destroy;
+    PFN_cuThreadExchangeStreamCaptureMode_v10010 thread_exchange_capture_mode;
 } g_cu = { .once = PTHREAD_ONCE_INIT };
 
 /* Records why the load failed; returns 0 so callers can `return cu_load_fail(...)`. */
@@ -172,6 +197,13 @@ static void cu_load_once(void)
     CU_RESOLVE(event_record, "cuEventRecord", 2000);
     CU_RESOLVE(event_query, "cuEventQuery", 2000);
     CU_RESOLVE(stream_wait_event, "cuStreamWaitEvent", 3020);
+    CU_RESOLVE(stream_begin_capture, "cuStreamBeginCapture", 10010);
+    CU_RESOLVE(stream_end_capture, "cuStreamEndCapture", 10000);
+    CU_RESOLVE(user_object_create, "cuUserObjectCreate", 11030);
+    CU_RESOLVE(user_object_release, "cuUserObjectRelease", 11030);
+    CU_RESOLVE(graph_retain_user_object, "cuGraphRetainUserObject", 11030);
+    CU_RESOLVE(graph_destroy, "cuGraphDestroy", 10000);
+    CU_RESOLVE(thread_exchange_capture_mode, "cuThreadExchangeStreamCaptureMode", 10010);
 
     CUresult r = g_cu.init(0);
     if (r != CUDA_SUCCESS) {
@@ -327,6 +359,27 @@ static void cu_ctx_leave(int pushed)
         cu_ctx_leave(pushed_);                                                                     \
     } while (0)
 
+/*
+ * CU_RELAXED: CU_IN_CTX with this thread's capture mode relaxed for the call. While any thread
+ * captures in CU_STREAM_CAPTURE_MODE_GLOBAL (the default), calls CUDA deems "potentially unsafe"
+ * (cuMemCreate, cuMemMap, cuEventQuery, ...) fail and invalidate that capture, even on an
+ * unrelated stream. vpmm makes such calls knowing they touch no captured stream (a graph pool
+ * grows during its capture; another thread's malloc defragments), so it relaxes the mode around
+ * them, as PyTorch's allocator does around cudaMalloc.
+ */
+#define CU_RELAXED(cd, r, expr)                                                                    \
+    do {                                                                                           \
+        CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;                                \
+        int pushed_;                                                                               \
+        vpmm_dres_t enter_ = cu_ctx_enter((cd), &pushed_);                                         \
+        if (enter_ != VPMM_DRV_OK)                                                                 \
+            return enter_;                                                                         \
+        (void)g_cu.thread_exchange_capture_mode(&mode_);                                           \
+        (r) = (expr);                                                                              \
+        (void)g_cu.thread_exchange_capture_mode(&mode_);                                           \
+        cu_ctx_leave(pushed_);                                                                     \
+    } while (0)
+
 /* ---- entry points ------------------------------------------------------------------------- */
 
 static vpmm_dres_t cu_granularity(vpmm_driver_t *d, size_t *out_bytes)
@@ -342,7 +395,7 @@ static vpmm_dres_t cu_va_reserve(vpmm_driver_t *d, size_t size, size_t align, ui
         return cu_invalid(cd, "cuMemAddressReserve");
     CUdeviceptr va = 0;
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.mem_address_reserve(&va, size, align, 0, 0));
+    CU_RELAXED(cd, r, g_cu.mem_address_reserve(&va, size, align, 0, 0));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemAddressReserve");
     *out_va = (uintptr_t)va;
@@ -355,7 +408,7 @@ static vpmm_dres_t cu_va_free(vpmm_driver_t *d, uintptr_t va, size_t size)
     if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
         return cu_invalid(cd, "cuMemAddressFree");
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.mem_address_free((CUdeviceptr)va, size));
+    CU_RELAXED(cd, r, g_cu.mem_address_free((CUdeviceptr)va, size));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemAddressFree");
     return VPMM_DRV_OK;
@@ -368,7 +421,7 @@ static vpmm_dres_t cu_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handle_
         return cu_invalid(cd, "cuMemCreate");
     CUmemGenericAllocationHandle h = 0;
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.mem_create(&h, size, &cd->prop, 0));
+    CU_RELAXED(cd, r, g_cu.mem_create(&h, size, &cd->prop, 0));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemCreate");
     *out_handle = (vpmm_drv_handle_t)h;
@@ -379,7 +432,7 @@ static vpmm_dres_t cu_mem_release(vpmm_driver_t *d, vpmm_drv_handle_t handle)
 {
     cuda_driver_t *cd = cuda_of(d);
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.mem_release((CUmemGenericAllocationHandle)handle));
+    CU_RELAXED(cd, r, g_cu.mem_release((CUmemGenericAllocationHandle)handle));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemRelease");
     return VPMM_DRV_OK;
@@ -395,8 +448,9 @@ static vpmm_dres_t cu_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_
         cu_misaligned(cd, offset))
         return cu_invalid(cd, "cuMemMap");
     CUresult r;
-    CU_IN_CTX(cd, r,
-              g_cu.mem_map((CUdeviceptr)va, size, offset, (CUmemGenericAllocationHandle)handle, 0));
+    CU_RELAXED(
+        cd, r,
+        g_cu.mem_map((CUdeviceptr)va, size, offset, (CUmemGenericAllocationHandle)handle, 0));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemMap");
     return VPMM_DRV_OK;
@@ -408,7 +462,7 @@ static vpmm_dres_t cu_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
         return cu_invalid(cd, "cuMemUnmap");
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.mem_unmap((CUdeviceptr)va, size));
+    CU_RELAXED(cd, r, g_cu.mem_unmap((CUdeviceptr)va, size));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemUnmap");
     return VPMM_DRV_OK;
@@ -421,7 +475,7 @@ static vpmm_dres_t cu_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
     if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
         return cu_invalid(cd, "cuMemSetAccess");
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, &cd->access, 1));
+    CU_RELAXED(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, &cd->access, 1));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemSetAccess");
     return VPMM_DRV_OK;
@@ -432,7 +486,7 @@ static vpmm_dres_t cu_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event
     cuda_driver_t *cd = cuda_of(d);
     CUevent ev = NULL;
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING));
+    CU_RELAXED(cd, r, g_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuEventCreate");
     *out_event = (vpmm_drv_event_t)ev;
@@ -443,7 +497,7 @@ static vpmm_dres_t cu_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
 {
     cuda_driver_t *cd = cuda_of(d);
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.event_destroy((CUevent)event));
+    CU_RELAXED(cd, r, g_cu.event_destroy((CUevent)event));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuEventDestroy");
     return VPMM_DRV_OK;
@@ -465,7 +519,7 @@ static vpmm_dres_t cu_event_query(vpmm_driver_t *d, vpmm_drv_event_t event)
 {
     cuda_driver_t *cd = cuda_of(d);
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.event_query((CUevent)event));
+    CU_RELAXED(cd, r, g_cu.event_query((CUevent)event));
     if (r == CUDA_SUCCESS)
         return VPMM_DRV_OK;
     if (r == CUDA_ERROR_NOT_READY)
@@ -485,21 +539,29 @@ static vpmm_dres_t cu_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream,
     return VPMM_DRV_OK;
 }
 
-/* The graph and dependency outputs are not wanted (NULL). The id is 0 when not capturing. */
+/*
+ * The dependency outputs are not wanted (NULL). The id is 0 when not capturing; out_id and
+ * out_graph are optional. The graph is only asked for when wanted, and returned only for an
+ * ACTIVE capture: for any other status CUDA returns no valid data but the status itself.
+ */
 static vpmm_dres_t cu_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
-                                   vpmm_capture_status_t *out_status, uint64_t *out_id)
+                                   vpmm_capture_status_t *out_status, uint64_t *out_id,
+                                   vpmm_graph_t *out_graph)
 {
     cuda_driver_t *cd = cuda_of(d);
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
+    CUgraph graph = NULL;
+    CUgraph *graph_out = out_graph != NULL ? &graph : NULL;
     CUresult r;
     if (g_cu.stream_get_capture_info_v3 != NULL)
+        CU_IN_CTX(cd, r,
+                  g_cu.stream_get_capture_info_v3((CUstream)stream, &cs, &id, graph_out, NULL, NULL,
+                                                  NULL));
+    else
         CU_IN_CTX(
             cd, r,
-            g_cu.stream_get_capture_info_v3((CUstream)stream, &cs, &id, NULL, NULL, NULL, NULL));
-    else
-        CU_IN_CTX(cd, r,
-                  g_cu.stream_get_capture_info_v2((CUstream)stream, &cs, &id, NULL, NULL, NULL));
+            g_cu.stream_get_capture_info_v2((CUstream)stream, &cs, &id, graph_out, NULL, NULL));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuStreamGetCaptureInfo");
     switch (cs) {
@@ -514,7 +576,10 @@ static vpmm_dres_t cu_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
         id = 0;
         break;
     }
-    *out_id = (uint64_t)id;
+    if (out_id != NULL)
+        *out_id = (uint64_t)id;
+    if (out_graph != NULL)
+        *out_graph = cs == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (vpmm_graph_t)graph : NULL;
     return VPMM_DRV_OK;
 }
 
@@ -523,7 +588,7 @@ static vpmm_dres_t cu_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *o
     cuda_driver_t *cd = cuda_of(d);
     size_t free_bytes = 0, total_bytes = 0;
     CUresult r;
-    CU_IN_CTX(cd, r, g_cu.mem_get_info(&free_bytes, &total_bytes));
+    CU_RELAXED(cd, r, g_cu.mem_get_info(&free_bytes, &total_bytes));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemGetInfo");
     *out_free = free_bytes;
@@ -538,6 +603,88 @@ static vpmm_dres_t cu_synchronize(vpmm_driver_t *d)
     CU_IN_CTX(cd, r, g_cu.ctx_synchronize());
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuCtxSynchronize");
+    return VPMM_DRV_OK;
+}
+
+/* See "Graphs" in the head comment for the legacy stream. */
+static vpmm_dres_t cu_begin_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                    vpmm_capture_mode_t mode)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.stream_begin_capture((CUstream)stream, (CUstreamCaptureMode)mode));
+    if (r == CUDA_SUCCESS)
+        return VPMM_DRV_OK;
+    vpmm_dres_t res = cu_fail(cd, r, "cuStreamBeginCapture");
+    if ((CUstream)stream == NULL || (CUstream)stream == CU_STREAM_LEGACY)
+        res = VPMM_DRV_NOT_SUPPORTED;
+    return res;
+}
+
+/* An invalidated capture ends with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph. A NULL
+ * out_graph is refused here (the capture goes on), as the host backend does. */
+static vpmm_dres_t cu_end_capture(vpmm_driver_t *d, vpmm_stream_t stream, vpmm_graph_t *out_graph)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (out_graph == NULL)
+        return cu_invalid(cd, "cuStreamEndCapture");
+    CUgraph graph = NULL;
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.stream_end_capture((CUstream)stream, &graph));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuStreamEndCapture");
+    *out_graph = (vpmm_graph_t)graph;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn destroy, void *arg,
+                                         vpmm_drv_uobj_t *out)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (destroy == NULL || out == NULL)
+        return cu_invalid(cd, "cuUserObjectCreate");
+    CUuserObject obj = NULL;
+    CUresult r;
+    CU_IN_CTX(cd, r,
+              g_cu.user_object_create(&obj, arg, destroy, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuUserObjectCreate");
+    *out = (vpmm_drv_uobj_t)obj;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t graph,
+                                               vpmm_drv_uobj_t obj)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r,
+              g_cu.graph_retain_user_object((CUgraph)graph, (CUuserObject)obj, 1,
+                                            CU_GRAPH_USER_OBJECT_MOVE));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuGraphRetainUserObject");
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_user_object_release(vpmm_driver_t *d, vpmm_drv_uobj_t obj)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    CU_IN_CTX(cd, r, g_cu.user_object_release((CUuserObject)obj, 1));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuUserObjectRelease");
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_graph_destroy(vpmm_driver_t *d, vpmm_graph_t graph)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUresult r;
+    if (graph == NULL)
+        return cu_invalid(cd, "cuGraphDestroy");
+    CU_IN_CTX(cd, r, g_cu.graph_destroy((CUgraph)graph));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuGraphDestroy");
     return VPMM_DRV_OK;
 }
 
@@ -644,6 +791,12 @@ vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out)
     b->capture_info = cu_capture_info;
     b->mem_get_info = cu_mem_get_info;
     b->synchronize = cu_synchronize;
+    b->begin_capture = cu_begin_capture;
+    b->end_capture = cu_end_capture;
+    b->user_object_create = cu_user_object_create;
+    b->graph_retain_user_object = cu_graph_retain_user_object;
+    b->user_object_release = cu_user_object_release;
+    b->graph_destroy = cu_graph_destroy;
     b->close = cu_close;
     *out = b;
     return VPMM_DRV_OK;

@@ -181,9 +181,10 @@ static vpmm_dres_t fault_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t strea
 }
 
 static vpmm_dres_t fault_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
-                                      vpmm_capture_status_t *out_status, uint64_t *out_id)
+                                      vpmm_capture_status_t *out_status, uint64_t *out_id,
+                                      vpmm_graph_t *out_graph)
 {
-    FORWARD(VPMM_DRV_CAPTURE_INFO, capture_info(f->inner, stream, out_status, out_id));
+    FORWARD(VPMM_DRV_CAPTURE_INFO, capture_info(f->inner, stream, out_status, out_id, out_graph));
     return res;
 }
 
@@ -196,6 +197,50 @@ static vpmm_dres_t fault_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t
 static vpmm_dres_t fault_synchronize(vpmm_driver_t *d)
 {
     FORWARD(VPMM_DRV_SYNCHRONIZE, synchronize(f->inner));
+    return res;
+}
+
+static vpmm_dres_t fault_begin_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                       vpmm_capture_mode_t mode)
+{
+    FORWARD(VPMM_DRV_BEGIN_CAPTURE, begin_capture(f->inner, stream, mode));
+    return res;
+}
+
+static vpmm_dres_t fault_end_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                     vpmm_graph_t *out_graph)
+{
+    FORWARD(VPMM_DRV_END_CAPTURE, end_capture(f->inner, stream, out_graph));
+    return res;
+}
+
+static vpmm_dres_t fault_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn destroy, void *arg,
+                                            vpmm_drv_uobj_t *out)
+{
+    FORWARD(VPMM_DRV_USER_OBJECT_CREATE, user_object_create(f->inner, destroy, arg, out));
+    f->live.user_objects += res == VPMM_DRV_OK;
+    return res;
+}
+
+/* A successful retain moves the caller's reference to the graph: the caller holds one less. */
+static vpmm_dres_t fault_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t graph,
+                                                  vpmm_drv_uobj_t obj)
+{
+    FORWARD(VPMM_DRV_GRAPH_RETAIN_USER_OBJECT, graph_retain_user_object(f->inner, graph, obj));
+    f->live.user_objects -= res == VPMM_DRV_OK;
+    return res;
+}
+
+static vpmm_dres_t fault_user_object_release(vpmm_driver_t *d, vpmm_drv_uobj_t obj)
+{
+    FORWARD(VPMM_DRV_USER_OBJECT_RELEASE, user_object_release(f->inner, obj));
+    f->live.user_objects -= res == VPMM_DRV_OK;
+    return res;
+}
+
+static vpmm_dres_t fault_graph_destroy(vpmm_driver_t *d, vpmm_graph_t graph)
+{
+    FORWARD(VPMM_DRV_GRAPH_DESTROY, graph_destroy(f->inner, graph));
     return res;
 }
 
@@ -246,6 +291,12 @@ vpmm_dres_t vpmm_fault_wrap(vpmm_driver_t *inner, vpmm_driver_t **out)
         .capture_info = fault_capture_info,
         .mem_get_info = fault_mem_get_info,
         .synchronize = fault_synchronize,
+        .begin_capture = fault_begin_capture,
+        .end_capture = fault_end_capture,
+        .user_object_create = fault_user_object_create,
+        .graph_retain_user_object = fault_graph_retain_user_object,
+        .user_object_release = fault_user_object_release,
+        .graph_destroy = fault_graph_destroy,
         .close = fault_close,
     };
     *out = &f->base;

@@ -51,10 +51,14 @@ uint64_t vpmm_fault_total_calls(vpmm_driver_t *w);
 /* Failures injected so far. */
 uint64_t vpmm_fault_injected(vpmm_driver_t *w);
 
-/* Objects alive through this wrapper: +1/-1 on each SUCCESSFUL create/release (handles),
- * map/unmap (mappings), reserve/free (reservations), event create/destroy (events). */
+/* Objects alive through this wrapper, as the caller owns them: +1/-1 on each SUCCESSFUL
+ * create/release (handles), map/unmap (mappings), reserve/free (reservations), event
+ * create/destroy (events), and user_object_create / user_object_release (user_objects, the
+ * caller's references: a successful graph_retain_user_object moves one to the graph, so it counts
+ * -1 too). Graphs are not counted: the table has no call that destroys one. */
 typedef struct vpmm_fault_live {
     int64_t handles, mappings, reservations, events;
+    int64_t user_objects;
 } vpmm_fault_live_t;
 
 void vpmm_fault_live(vpmm_driver_t *w, vpmm_fault_live_t *out);

@@ -2,7 +2,8 @@
  * driver_host.c — the host emulation backend (driver_host.h): the driver contract of driver.h
  * implemented on the CPU, faithfully enough that misuse caught by CUDA is caught here too. This
  * file owns the memory side and the instance's lifetime; driver_host_stream.c owns the simulated
- * streams, events and capture, and driver_host_internal.h holds what the two share.
+ * streams, events and capture, driver_host_graph.c the graphs and user objects, and
+ * driver_host_internal.h holds what the three share.
  *
  *  - VA: a reservation is an mmap(PROT_NONE, MAP_NORESERVE) placeholder, so 8 TiB costs nothing.
  *  - Physical memory: every handle is an extent of ONE memfd (thousands of handles must fit under
@@ -16,7 +17,8 @@
  *
  * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
  * Invariants: listed as equations above struct host_drv in driver_host_internal.h, all of them
- * (the stream ones I6, I7 included) checked by vpmm_host_check() at the end of this file.
+ * checked by vpmm_host_check() at the end of this file (the stream ones I6, I7 here too; the graph
+ * ones I8, I9 through vpmm_host_i_graph_check in driver_host_graph.c).
  * Failure atomicity (rule 1): each entry point validates and allocates everything it needs before
  * its first visible change. Release, unmap and va_free never allocate (nor does event_destroy in
  * driver_host_stream.c), so the teardown paths cannot fail for lack of host memory.
@@ -561,6 +563,7 @@ static void host_close(vpmm_driver_t *d)
         h->handle_list = next;
     }
     vpmm_host_i_stream_fini(h);
+    vpmm_host_i_graph_fini(h); /* runs no destructor (driver_host.h) */
     if (h->fd >= 0)
         close(h->fd);
     free(h->ext);
@@ -610,6 +613,12 @@ vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
         .capture_info = vpmm_host_i_capture_info,
         .mem_get_info = host_mem_get_info,
         .synchronize = vpmm_host_i_synchronize,
+        .begin_capture = vpmm_host_i_begin_capture,
+        .end_capture = vpmm_host_i_end_capture,
+        .user_object_create = vpmm_host_i_user_object_create,
+        .graph_retain_user_object = vpmm_host_i_graph_retain_user_object,
+        .user_object_release = vpmm_host_i_user_object_release,
+        .graph_destroy = vpmm_host_graph_destroy,
         .close = host_close,
     };
     *out = &h->base;
@@ -633,17 +642,6 @@ void vpmm_host_counts(vpmm_driver_t *d, vpmm_host_counts_t *out)
 }
 
 /* ---- invariant check ---------------------------------------------------------------------- */
-
-#define CHECK_THAT(cond, ...)                                                                      \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            bad++;                                                                                 \
-            if (verbose) {                                                                         \
-                fprintf(stderr, "vpmm host check: " __VA_ARGS__);                                  \
-                fputc('\n', stderr);                                                               \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
 
 typedef struct map_walk {
     const host_drv_t *h;
@@ -790,5 +788,8 @@ size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
     for (const host_capture_t *c = h->captures; c; c = c->next)
         CHECK_THAT(c->id < h->next_capture_id && c->origin && c->origin->capture == c,
                    "I7 capture %llu has lost its origin", (unsigned long long)c->id);
+
+    /* I8, I9 */
+    bad += vpmm_host_i_graph_check(h, verbose);
     return bad;
 }

@@ -1,7 +1,8 @@
 /*
  * driver_host.h — the host emulation backend: the driver contract (driver.h) on the CPU, with
  * real aliasing (one memfd, MAP_SHARED mappings), simulated streams/events/capture that advance
- * only when a test says so, and a device-memory limit that makes OOM testable.
+ * only when a test says so, graphs and user objects whose destructors run when the emulated
+ * work lets them, and a device-memory limit that makes OOM testable.
  *
  * Thread-safety: none. An instance belongs to one pool and is called under its lock (driver.h,
  * rule 7); the vpmm_host_* helpers below must be called under the same lock (or from a test that
@@ -63,14 +64,76 @@ uint64_t vpmm_host_stream_enqueued(vpmm_driver_t *d, vpmm_stream_t s);
 uint64_t vpmm_host_stream_completed(vpmm_driver_t *d, vpmm_stream_t s);
 
 /* ---- capture ------------------------------------------------------------------------------
- * begin_capture starts a capture originating in s (ids start at 1 and are never reused);
- * VPMM_DRV_ERROR (last_code 401) if s is already capturing. end_capture ends the capture that s
- * originated and every stream joined to it (through stream_wait_event on a captured event) leaves
- * it too; VPMM_DRV_ERROR with 401 if s is not capturing, 903 if s joined but did not originate
- * it, 901 if the capture had been invalidated (it still ends, as cudaStreamEndCapture does).
+ * The begin_capture / end_capture entry points of the table, and these two controls, share one
+ * implementation. begin starts a capture originating in s (ids start at 1 and are never reused)
+ * and creates the graph it builds; VPMM_DRV_NOT_SUPPORTED (last_code 900) on the legacy stream
+ * (NULL or 0x1), VPMM_DRV_ERROR (401) if s is already capturing (originated or joined),
+ * VPMM_DRV_INVALID (1) for an unknown mode. end ends the capture that s originated; every stream
+ * joined to it (through stream_wait_event on a captured event) leaves it too. It fails with
+ * VPMM_DRV_ERROR and 401 if s is not capturing, 903 if s joined but did not originate it, 908 if
+ * the mode is not RELAXED and the calling thread is not the one that began it (those three leave
+ * the capture going), and 901 if the capture had been invalidated: that capture still ends, as
+ * cuStreamEndCapture's does, and its graph is destroyed (no graph is returned).
+ *
+ * The mode is recorded but the host applies the same rules to every mode (synchronize during any
+ * capture invalidates it, as it does in global mode), except the thread check above.
+ *
+ * vpmm_host_begin_capture is begin_capture in global mode that also returns the capture id;
+ * vpmm_host_end_capture is end_capture that destroys the graph it would have returned.
  */
 vpmm_dres_t vpmm_host_begin_capture(vpmm_driver_t *d, vpmm_stream_t s, uint64_t *out_id);
 vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s);
+
+/* ---- graphs and user objects ---------------------------------------------------------------
+ * The model (driver.h rule 8). A graph is created by begin_capture and owned by its capture until
+ * end_capture hands it to the caller; capture_info returns the same handle while the capture is
+ * ACTIVE (NULL otherwise: CUDA returns no valid graph for an invalidated capture). A user object
+ * holds one reference count split in three: the caller's references (1 at create), one per
+ * graph_retain_user_object that moved a caller reference into a graph, and one per executable
+ * graph made from such a graph (an exec copies its graph's references). The destructor runs once,
+ * when the last reference goes: from user_object_release, from end_capture of an invalidated
+ * capture, from vpmm_host_end_capture, from vpmm_host_graph_destroy, from vpmm_host_exec_destroy
+ * of an exec with no launch pending, or from the progress call (vpmm_host_complete, _advance,
+ * _complete_all, the synchronize entry point) that completed the last pending launch of an exec
+ * destroyed earlier. It runs synchronously, on the calling thread, just before that call returns
+ * and after the instance's state is consistent again; driver.h leaves the thread and the moment
+ * to the driver, so the core must rely on neither.
+ *
+ * Stricter than CUDA (which keeps one shared count and would run the destructor early instead):
+ * user_object_release and graph_retain_user_object need a reference the caller still owns, else
+ * VPMM_DRV_INVALID and nothing happens. Handles of graphs, execs and user objects are checked
+ * (a stale or foreign one gets VPMM_DRV_INVALID, last_code 1).
+ *
+ * close() frees every graph, exec and user object left WITHOUT running their destructors.
+ */
+
+/* An executable graph (cudaGraphExec_t) of the host backend. */
+typedef struct vpmm_host_exec *vpmm_host_exec_t;
+
+/* Instantiates g (also while it is still being captured, as CUDA permits) into *out, which holds
+ * its own reference to every user object g holds. VPMM_DRV_INVALID for a bad g or a NULL out;
+ * VPMM_DRV_ERROR (2) when out of host memory. */
+vpmm_dres_t vpmm_host_graph_instantiate(vpmm_driver_t *d, vpmm_graph_t g, vpmm_host_exec_t *out);
+
+/* Enqueues one work item on s (like vpmm_host_enqueue) that stands for a launch of e: e keeps its
+ * references until that item has completed. VPMM_DRV_NOT_SUPPORTED (801) when s is capturing
+ * (launching into a capture is not emulated), VPMM_DRV_INVALID for a bad e. */
+vpmm_dres_t vpmm_host_graph_launch(vpmm_driver_t *d, vpmm_host_exec_t e, vpmm_stream_t s);
+
+/* Destroys a graph the caller owns, dropping its references. VPMM_DRV_INVALID for a bad g;
+ * VPMM_DRV_ERROR (401) while g is still being captured (CUDA forbids destroying it then). */
+vpmm_dres_t vpmm_host_graph_destroy(vpmm_driver_t *d, vpmm_graph_t g);
+
+/* Destroys e: its handle is dead at once, but as in CUDA its references are dropped only once
+ * every launch of it has completed (at once if none is pending). VPMM_DRV_INVALID for a bad e. */
+vpmm_dres_t vpmm_host_exec_destroy(vpmm_driver_t *d, vpmm_host_exec_t e);
+
+/* Live user objects (their destructor has not run). */
+size_t vpmm_host_user_objects(vpmm_driver_t *d);
+
+/* Live graphs (those being captured included) + live execs (destroyed ones whose launches are
+ * still pending included). */
+size_t vpmm_host_graphs(vpmm_driver_t *d);
 
 /* ---- inspection --------------------------------------------------------------------------- */
 
@@ -80,6 +143,8 @@ typedef struct vpmm_host_counts {
     size_t mappings, mapped_bytes; /* live mappings */
     size_t reservations, reserved_bytes;
     size_t events;
+    size_t graphs;        /* as vpmm_host_graphs */
+    size_t user_objects;  /* as vpmm_host_user_objects */
     size_t touched_bytes; /* bytes of the memfd actually resident (from fstat st_blocks) */
 } vpmm_host_counts_t;
 

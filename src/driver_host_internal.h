@@ -1,19 +1,23 @@
 /*
- * driver_host_internal.h — what the two halves of the host emulation backend share:
+ * driver_host_internal.h — what the three parts of the host emulation backend share:
  * driver_host.c (memory: memfd extents, handles, mappings, reservations, lifetime, the invariant
- * check) and driver_host_stream.c (simulated streams, events and capture). It holds the instance
- * (host_drv_t) and its records, the invariants as equations above struct host_drv, and the
- * vpmm_host_i_* helpers one half defines and the other calls. Nothing outside those two files may
- * include it: tests and the core use driver_host.h.
+ * check), driver_host_stream.c (simulated streams, events and capture) and driver_host_graph.c
+ * (graphs, executable graphs, user objects). It holds the instance (host_drv_t) and its records,
+ * the invariants as equations above struct host_drv, and the vpmm_host_i_* helpers one part
+ * defines and another calls. Nothing outside those files may include it: tests and the core use
+ * driver_host.h.
  *
  * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
- * Invariants: I1..I7 above struct host_drv, checked by vpmm_host_check() in driver_host.c.
+ * Invariants: I1..I9 above struct host_drv, checked by vpmm_host_check() in driver_host.c (I8 and
+ * I9 through vpmm_host_i_graph_check in driver_host_graph.c).
  */
 #ifndef VPMM_DRIVER_HOST_INTERNAL_H
 #define VPMM_DRIVER_HOST_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "driver_host.h"
 
@@ -34,6 +38,7 @@ enum {
     CODE_CAPTURE_ISOLATION = 905,
     CODE_CAPTURE_IMPLICIT = 906,
     CODE_CAPTURED_EVENT = 907,
+    CODE_CAPTURE_WRONG_THREAD = 908,
     CODE_UNKNOWN = 999,
 };
 
@@ -96,6 +101,7 @@ typedef struct host_resv {
 } host_resv_t;
 
 struct host_stream;
+struct host_graph;
 
 /* Work items numbered after `at` on the owning stream wait for signaller to complete `seq`. */
 typedef struct host_barrier {
@@ -108,6 +114,9 @@ typedef struct host_capture {
     struct host_capture *next;
     uint64_t id;
     struct host_stream *origin;
+    struct host_graph *graph; /* the graph it builds (handed to the caller at a clean end) */
+    vpmm_capture_mode_t mode;
+    pthread_t thread; /* that began it: the only one that may end it unless mode is RELAXED */
     int invalidated;
 } host_capture_t;
 
@@ -119,6 +128,45 @@ typedef struct host_stream {
     host_capture_t *capture; /* the capture it originated or joined, NULL if none */
     int busy;                /* inside stream_complete_to (guards against cycles) */
 } host_stream_t;
+
+/*
+ * A user object. refs = caller_refs + the references graphs and execs hold (one per entry of their
+ * refs arrays). At refs = 0 it leaves the slot table (id = 0) and waits on host_drv.dead for its
+ * destructor, which runs before the entry point or control that dropped it returns.
+ */
+typedef struct host_uobj {
+    uint64_t id; /* 0 once dead */
+    vpmm_drv_uobj_fn destroy;
+    void *arg;
+    uint64_t refs, caller_refs;
+    struct host_uobj *next_dead;
+} host_uobj_t;
+
+/* A graph: built by a capture (capture != NULL), then the caller's. */
+typedef struct host_graph {
+    struct host_graph *prev, *next;
+    uint64_t id;
+    host_capture_t *capture;
+    host_uobj_t **refs; /* one reference each (an object retained twice appears twice) */
+    size_t n_refs, refs_cap;
+} host_graph_t;
+
+/* The latest launch of an exec on one stream: it is pending while stream->completed < seq. */
+typedef struct host_launch {
+    struct host_stream *stream;
+    uint64_t seq;
+} host_launch_t;
+
+/* An executable graph. Destroyed with launches pending, it loses its id and handle (id = 0) and
+ * lives on, holding its references, until the streams complete those launches. */
+typedef struct host_exec {
+    struct host_exec *prev, *next;
+    uint64_t id;
+    host_uobj_t **refs;
+    size_t n_refs;
+    host_launch_t *launches; /* at most one per stream */
+    size_t n_launches, launches_cap;
+} host_exec_t;
 
 typedef struct host_event {
     host_stream_t *stream; /* NULL: never recorded */
@@ -141,6 +189,13 @@ typedef struct host_event {
  *  I6  counts.events = live slots of the event table.
  *  I7  per stream: completed ≤ enqueued; live barriers are sorted by at, and
  *      completed ≤ at ≤ enqueued, seq ≤ signaller->enqueued; capture, if set, is in the list.
+ *  I8  counts.user_objects = live slots of the user-object table; every live user object o has
+ *      o.refs = o.caller_refs + |{entries of graph and exec refs arrays naming o}| ≥ 1, and those
+ *      arrays name live user objects only; dead = NULL (between calls, no destructor is owed).
+ *  I9  counts.graphs = |graph list| + |exec list|; the graph table's live slots are exactly the
+ *      graph list, the exec table's the execs with id ≠ 0; graph.capture = c ⇔ c.graph = graph
+ *      for every active capture c (each has one); an exec with id = 0 has a pending launch and
+ *      zombie_execs counts them; launches name distinct streams, seq ≤ stream->enqueued.
  */
 typedef struct host_drv {
     vpmm_driver_t base; /* first member: the table the core calls */
@@ -168,6 +223,12 @@ typedef struct host_drv {
     host_capture_t *captures; /* active captures */
     uint64_t next_capture_id;
 
+    slot_table_t uobjs, graphs, execs;
+    host_graph_t *graph_list;
+    host_exec_t *exec_list;
+    size_t zombie_execs; /* execs destroyed with launches pending */
+    host_uobj_t *dead;   /* unreferenced user objects whose destructor is owed */
+
     vpmm_host_wait_t *waits;
     size_t n_waits, waits_cap;
 
@@ -186,8 +247,25 @@ vpmm_dres_t vpmm_host_i_fail_call(host_drv_t *h, const char *call, vpmm_dres_t r
 vpmm_dres_t vpmm_host_i_fail(host_drv_t *h, vpmm_drv_entry_t entry, vpmm_dres_t res, int code);
 vpmm_dres_t vpmm_host_i_fail_invalid(host_drv_t *h, vpmm_drv_entry_t entry);
 
+/* driver_host.c / driver_host_graph.c: one violation of an invariant, counted in the caller's
+ * local `bad` and described on stderr when its local `verbose` is nonzero. */
+#define CHECK_THAT(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            bad++;                                                                                 \
+            if (verbose) {                                                                         \
+                fprintf(stderr, "vpmm host check: " __VA_ARGS__);                                  \
+                fputc('\n', stderr);                                                               \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
 /* driver_host_stream.c: the active capture with this id, or NULL. */
 host_capture_t *vpmm_host_i_capture_find(const host_drv_t *h, uint64_t id);
+
+/* driver_host_stream.c: the stream for key, registered (no pending work) if new; NULL when out of
+ * host memory. */
+host_stream_t *vpmm_host_i_stream_get(host_drv_t *h, vpmm_stream_t key);
 
 /* driver_host_stream.c: frees every event, stream, capture and wait record (for host_close). */
 void vpmm_host_i_stream_fini(host_drv_t *h);
@@ -201,7 +279,43 @@ vpmm_dres_t vpmm_host_i_event_query(vpmm_driver_t *d, vpmm_drv_event_t event);
 vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream,
                                           vpmm_drv_event_t event);
 vpmm_dres_t vpmm_host_i_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
-                                     vpmm_capture_status_t *out_status, uint64_t *out_id);
+                                     vpmm_capture_status_t *out_status, uint64_t *out_id,
+                                     vpmm_graph_t *out_graph);
 vpmm_dres_t vpmm_host_i_synchronize(vpmm_driver_t *d);
+vpmm_dres_t vpmm_host_i_begin_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                      vpmm_capture_mode_t mode);
+vpmm_dres_t vpmm_host_i_end_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                    vpmm_graph_t *out_graph);
+
+/* ---- graphs and user objects (driver_host_graph.c) ---------------------------------------- */
+
+/* The handle of a graph: its slot id, as events carry theirs. */
+static inline vpmm_graph_t vpmm_host_i_graph_handle(const host_graph_t *g)
+{
+    return (vpmm_graph_t)(uintptr_t)g->id;
+}
+
+/* A new graph owned by capture c (NULL when out of host memory; nothing changed then). */
+host_graph_t *vpmm_host_i_graph_create(host_drv_t *h, host_capture_t *c);
+
+/* Destroys g, dropping its references (destructors owed go on h->dead). Never allocates. */
+void vpmm_host_i_graph_free(host_drv_t *h, host_graph_t *g);
+
+/* After work completed: frees destroyed execs whose launches are done, then runs the destructors
+ * owed. Every entry point and control that can drop a reference ends with it. */
+void vpmm_host_i_graph_progress(host_drv_t *h);
+
+/* Frees every graph, exec and user object without running destructors (for host_close). */
+void vpmm_host_i_graph_fini(host_drv_t *h);
+
+/* I8 and I9; returns the number of violations. */
+size_t vpmm_host_i_graph_check(const host_drv_t *h, int verbose);
+
+/* The graph-side entry points of the driver table (driver.h rule 8). */
+vpmm_dres_t vpmm_host_i_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn destroy, void *arg,
+                                           vpmm_drv_uobj_t *out);
+vpmm_dres_t vpmm_host_i_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t graph,
+                                                 vpmm_drv_uobj_t obj);
+vpmm_dres_t vpmm_host_i_user_object_release(vpmm_driver_t *d, vpmm_drv_uobj_t obj);
 
 #endif /* VPMM_DRIVER_HOST_INTERNAL_H */

@@ -1,18 +1,23 @@
 /*
  * driver_host_stream.c — the simulated streams, events and capture of the host emulation backend
- * (driver_host.h); driver_host.c owns the memory side and the instance's lifetime.
+ * (driver_host.h); driver_host.c owns the memory side and the instance's lifetime,
+ * driver_host_graph.c the graphs captures build and the user objects they hold.
  *
  * Streams are bookkeeping only: a stream is a record in an open-addressing hash keyed by its
  * vpmm_stream_t, with counters of enqueued and completed work items and the barriers that
  * stream_wait_event put in its way; work advances only when a test says so (the vpmm_host_*
- * controls) or on synchronize. Events are slot-table ids naming a (stream, sequence) point, or a
- * capture. Captures follow CUDA's rules for joining, merging and invalidation. Also here: the
- * stream-side entry points of the driver table and the wait log.
+ * controls) or on synchronize, and every call that advances it lets driver_host_graph.c free
+ * what the completed work kept alive (vpmm_host_i_graph_progress). Events are slot-table ids
+ * naming a (stream, sequence) point, or a capture. Captures follow CUDA's rules for beginning,
+ * ending, joining, merging and invalidation; each builds one graph. Also here: the stream-side
+ * entry points of the driver table (capture ones included) and the wait log.
  *
  * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
  * Invariants: I6 and I7 above struct host_drv in driver_host_internal.h, checked with the rest by
- * vpmm_host_check() in driver_host.c. Failure atomicity (rule 1): each entry point allocates what
- * it needs before its first visible change; event_destroy never allocates.
+ * vpmm_host_check() in driver_host.c (I9, which ties captures to their graphs, in
+ * driver_host_graph.c). Failure atomicity (rule 1): each entry point allocates what it needs
+ * before its first visible change; event_destroy never allocates. The one exception is CUDA's:
+ * end_capture of an invalidated capture fails (901) and still ends it.
  */
 #include "driver_host_internal.h"
 
@@ -20,9 +25,6 @@
 #include <string.h>
 
 #include "util.h"
-
-static const char call_begin_capture[] = "cuStreamBeginCapture";
-static const char call_end_capture[] = "cuStreamEndCapture";
 
 /* ---- streams ------------------------------------------------------------------------------ */
 
@@ -70,8 +72,7 @@ static int stream_insert(host_drv_t *h, host_stream_t *st)
     return 0;
 }
 
-/* The stream for key, registered (no pending work) if new; NULL when out of host memory. */
-static host_stream_t *stream_get(host_drv_t *h, vpmm_stream_t key)
+host_stream_t *vpmm_host_i_stream_get(host_drv_t *h, vpmm_stream_t key)
 {
     host_stream_t *st = stream_find(h, key);
     if (st)
@@ -184,7 +185,7 @@ vpmm_dres_t vpmm_host_i_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, v
     host_event_t *ev = event_get(h, event);
     if (!ev)
         return vpmm_host_i_fail_invalid(h, e);
-    host_stream_t *st = stream_get(h, stream);
+    host_stream_t *st = vpmm_host_i_stream_get(h, stream);
     if (!st)
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     if (st->capture && st->capture->invalidated)
@@ -235,7 +236,7 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
     const host_event_t *ev = event_get(h, event);
     if (!ev)
         return vpmm_host_i_fail_invalid(h, e);
-    host_stream_t *st = stream_get(h, stream);
+    host_stream_t *st = vpmm_host_i_stream_get(h, stream);
     if (!st || RESERVE(h->waits, h->waits_cap, h->n_waits + 1) ||
         RESERVE(st->bar, st->bar_cap, st->bar_len + 1))
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
@@ -279,19 +280,24 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
     return VPMM_DRV_OK;
 }
 
+/* out_id and out_graph are optional, as in CUDA. The graph is returned only while the capture is
+ * ACTIVE: CUDA returns no valid data but the status for an invalidated one (the id is kept here,
+ * as the pool only compares it). */
 vpmm_dres_t vpmm_host_i_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
-                                     vpmm_capture_status_t *out_status, uint64_t *out_id)
+                                     vpmm_capture_status_t *out_status, uint64_t *out_id,
+                                     vpmm_graph_t *out_graph)
 {
     host_drv_t *h = (host_drv_t *)d;
     if (!out_status)
-        return vpmm_host_i_fail_invalid(h,
-                                        VPMM_DRV_CAPTURE_INFO); /* out_id is optional, as in CUDA */
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_CAPTURE_INFO);
     const host_stream_t *st = stream_find(h, stream);
     const host_capture_t *c = st ? st->capture : NULL;
     *out_status =
         !c ? VPMM_CAPTURE_NONE : (c->invalidated ? VPMM_CAPTURE_INVALIDATED : VPMM_CAPTURE_ACTIVE);
     if (out_id)
         *out_id = c ? c->id : 0;
+    if (out_graph)
+        *out_graph = c && !c->invalidated ? vpmm_host_i_graph_handle(c->graph) : NULL;
     return VPMM_DRV_OK;
 }
 
@@ -305,7 +311,96 @@ vpmm_dres_t vpmm_host_i_synchronize(vpmm_driver_t *d)
         return vpmm_host_i_fail(h, VPMM_DRV_SYNCHRONIZE, VPMM_DRV_ERROR, CODE_CAPTURE_UNSUPPORTED);
     }
     complete_everything(h);
+    vpmm_host_i_graph_progress(h);
     return VPMM_DRV_OK;
+}
+
+/*
+ * Begins a capture originating in stream, with the graph it builds. Everything is allocated
+ * before the first visible change (rule 1); out_id may be NULL.
+ */
+static vpmm_dres_t capture_begin(host_drv_t *h, vpmm_stream_t stream, vpmm_capture_mode_t mode,
+                                 uint64_t *out_id)
+{
+    const vpmm_drv_entry_t e = VPMM_DRV_BEGIN_CAPTURE;
+    if ((unsigned)mode > (unsigned)VPMM_CAPTURE_MODE_RELAXED)
+        return vpmm_host_i_fail_invalid(h, e);
+    if ((uintptr_t)stream <= 1) /* CUDA: capture is not supported on the legacy default stream */
+        return vpmm_host_i_fail(h, e, VPMM_DRV_NOT_SUPPORTED, CODE_CAPTURE_UNSUPPORTED);
+    host_stream_t *st = vpmm_host_i_stream_get(h, stream);
+    if (st && st->capture)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
+    host_capture_t *c = st ? calloc(1, sizeof *c) : NULL;
+    host_graph_t *g = c ? vpmm_host_i_graph_create(h, c) : NULL;
+    if (!g) {
+        free(c);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    }
+    c->id = h->next_capture_id++;
+    c->origin = st;
+    c->graph = g;
+    c->mode = mode;
+    c->thread = pthread_self();
+    c->next = h->captures;
+    h->captures = c;
+    st->capture = c;
+    if (out_id)
+        *out_id = c->id;
+    return VPMM_DRV_OK;
+}
+
+/*
+ * Ends the capture stream originated; every stream joined to it leaves it. On a clean end *out
+ * receives its graph (the caller's now); an invalidated capture ends too but its graph is
+ * destroyed (the destructors this owes run before the caller returns: see graph_progress).
+ */
+static vpmm_dres_t capture_end(host_drv_t *h, vpmm_stream_t stream, host_graph_t **out)
+{
+    const vpmm_drv_entry_t e = VPMM_DRV_END_CAPTURE;
+    host_stream_t *st = stream_find(h, stream);
+    host_capture_t *c = st ? st->capture : NULL;
+    if (!c)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
+    if (c->origin != st)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_UNMATCHED);
+    if (c->mode != VPMM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_WRONG_THREAD);
+    for (size_t i = 0; i < h->stream_cap; i++)
+        if (h->stream_tab[i] && h->stream_tab[i]->capture == c)
+            h->stream_tab[i]->capture = NULL;
+    host_capture_t **link = &h->captures;
+    while (*link != c)
+        link = &(*link)->next;
+    *link = c->next;
+    host_graph_t *g = c->graph;
+    int invalidated = c->invalidated;
+    free(c);
+    g->capture = NULL;
+    if (invalidated) {
+        vpmm_host_i_graph_free(h, g);
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
+    }
+    *out = g;
+    return VPMM_DRV_OK;
+}
+
+vpmm_dres_t vpmm_host_i_begin_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                      vpmm_capture_mode_t mode)
+{
+    return capture_begin((host_drv_t *)d, stream, mode, NULL);
+}
+
+vpmm_dres_t vpmm_host_i_end_capture(vpmm_driver_t *d, vpmm_stream_t stream, vpmm_graph_t *out_graph)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    if (!out_graph)
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_END_CAPTURE);
+    host_graph_t *g = NULL;
+    vpmm_dres_t res = capture_end(h, stream, &g);
+    vpmm_host_i_graph_progress(h);
+    if (res == VPMM_DRV_OK)
+        *out_graph = vpmm_host_i_graph_handle(g);
+    return res;
 }
 
 /* ---- test controls ------------------------------------------------------------------------ */
@@ -343,7 +438,7 @@ vpmm_stream_t vpmm_host_stream_create(vpmm_driver_t *d)
 uint64_t vpmm_host_enqueue(vpmm_driver_t *d, vpmm_stream_t s)
 {
     host_drv_t *h = vpmm_host_i_as_host(d);
-    host_stream_t *st = h ? stream_get(h, s) : NULL;
+    host_stream_t *st = h ? vpmm_host_i_stream_get(h, s) : NULL;
     if (!st || st->capture)
         return 0;
     return ++st->enqueued;
@@ -353,8 +448,10 @@ void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s)
 {
     host_drv_t *h = vpmm_host_i_as_host(d);
     host_stream_t *st = h ? stream_find(h, s) : NULL;
-    if (st)
-        stream_complete_to(st, st->enqueued);
+    if (!st)
+        return;
+    stream_complete_to(st, st->enqueued);
+    vpmm_host_i_graph_progress(h);
 }
 
 size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
@@ -379,14 +476,17 @@ size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
     }
 blocked:
     stream_compact(st);
+    vpmm_host_i_graph_progress(h);
     return done;
 }
 
 void vpmm_host_complete_all(vpmm_driver_t *d)
 {
     host_drv_t *h = vpmm_host_i_as_host(d);
-    if (h)
-        complete_everything(h);
+    if (!h)
+        return;
+    complete_everything(h);
+    vpmm_host_i_graph_progress(h);
 }
 
 int vpmm_host_stream_idle(vpmm_driver_t *d, vpmm_stream_t s)
@@ -416,24 +516,8 @@ vpmm_dres_t vpmm_host_begin_capture(vpmm_driver_t *d, vpmm_stream_t s, uint64_t 
     if (!h)
         return VPMM_DRV_INVALID;
     if (!out_id)
-        return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
-    if ((uintptr_t)s <= 1) /* CUDA: capture is not supported on the legacy default stream */
-        return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_NOT_SUPPORTED,
-                                     CODE_CAPTURE_UNSUPPORTED);
-    host_stream_t *st = stream_get(h, s);
-    host_capture_t *c = st && !st->capture ? calloc(1, sizeof *c) : NULL;
-    if (!c) {
-        if (st && st->capture)
-            return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
-        return vpmm_host_i_fail_call(h, call_begin_capture, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
-    }
-    c->id = h->next_capture_id++;
-    c->origin = st;
-    c->next = h->captures;
-    h->captures = c;
-    st->capture = c;
-    *out_id = c->id;
-    return VPMM_DRV_OK;
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_BEGIN_CAPTURE);
+    return capture_begin(h, s, VPMM_CAPTURE_MODE_GLOBAL, out_id);
 }
 
 vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s)
@@ -441,24 +525,12 @@ vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s)
     host_drv_t *h = vpmm_host_i_as_host(d);
     if (!h)
         return VPMM_DRV_INVALID;
-    host_stream_t *st = stream_find(h, s);
-    host_capture_t *c = st ? st->capture : NULL;
-    if (!c)
-        return vpmm_host_i_fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
-    if (c->origin != st)
-        return vpmm_host_i_fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_CAPTURE_UNMATCHED);
-    for (size_t i = 0; i < h->stream_cap; i++)
-        if (h->stream_tab[i] && h->stream_tab[i]->capture == c)
-            h->stream_tab[i]->capture = NULL;
-    host_capture_t **link = &h->captures;
-    while (*link != c)
-        link = &(*link)->next;
-    *link = c->next;
-    int invalidated = c->invalidated;
-    free(c);
-    if (invalidated)
-        return vpmm_host_i_fail_call(h, call_end_capture, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
-    return VPMM_DRV_OK;
+    host_graph_t *g = NULL;
+    vpmm_dres_t res = capture_end(h, s, &g);
+    if (res == VPMM_DRV_OK)
+        vpmm_host_i_graph_free(h, g); /* nobody asked for the graph */
+    vpmm_host_i_graph_progress(h);
+    return res;
 }
 
 size_t vpmm_host_wait_count(vpmm_driver_t *d)

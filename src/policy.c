@@ -9,10 +9,15 @@
  *               would insert the same wait *and* remap pages.
  *  Phase 2      vpmm_i_plan_make: choose a hole and the usable free neighbours to extend, so that
  *               the fewest pages must be mapped; then choose which fully free pages to move there:
- *               the caller's stream first (no wait), then ready memory (no wait), then other
+ *               the caller's stream first (no wait), then ready memory (no wait), then free
+ *               pages of idle graph pools (no graph or capture uses them), then other
  *               streams' pending memory, oldest first (GPU-side wait). Only the shortfall is
  *               created. Within a class, smallest regions first: scattered fragments are the
  *               memory nobody else can use, and large free regions stay whole.
+ *
+ *  Private     vpmm_i_fit_private / vpmm_i_plan_make_private: a graph pool's arena, whose pages
+ *               never move; it grows into its own holes with fresh pages or the shared arena's
+ *               ready pages only (no marker, wait or event query: it runs during a capture).
  *
  * Pure decisions over the indexes (the one driver call is capture_info, to skip streams that are
  * being captured). Called under the pool lock.
@@ -41,8 +46,19 @@ static vpmm_region_t *better(vpmm_region_t *a, vpmm_region_t *b)
 vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
 {
     vpmm_region_t *own = region_of(vpmm_rb_lower_bound(&s->free_tree, size, 0));
-    vpmm_region_t *ready = region_of(vpmm_rb_lower_bound(&p->ready, size, 0));
+    vpmm_region_t *ready = region_of(vpmm_rb_lower_bound(&p->shared.ready, size, 0));
     /* On a tie prefer the caller's own memory: ready memory serves every stream. */
+    if (own && ready && ready->size == own->size)
+        return own;
+    return better(own, ready);
+}
+
+vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size)
+{
+    vpmm_side_t *side = vpmm_i_side_find(a, s);
+    vpmm_region_t *own = side ? region_of(vpmm_rb_lower_bound(&side->tree, size, 0)) : NULL;
+    vpmm_region_t *ready = region_of(vpmm_rb_lower_bound(&a->ready, size, 0));
+    (void)p;
     if (own && ready && ready->size == own->size)
         return own;
     return better(own, ready);
@@ -71,9 +87,13 @@ static size_t pages_for(size_t bytes, size_t pg)
     return bytes / pg + (bytes % pg != 0);
 }
 
+/* A free neighbour the span may absorb: ready, or (shared arena) pending on the caller's stream.
+ * In a private arena only ready memory: the span becomes ready memory of the arena. */
 static int usable(const vpmm_region_t *r, const vpmm_strm_t *s)
 {
-    return r && r->state == VPMM_REGION_FREE && (r->ready || r->stream == s);
+    if (r == NULL || r->state != VPMM_REGION_FREE)
+        return 0;
+    return r->ready || (r->stream == s && !vpmm_i_arena_of(r)->priv);
 }
 
 /* A candidate span: k pages into hole h, extending left/right; smaller (k, hole size, addr) wins.
@@ -98,7 +118,7 @@ static void consider(vpmm_plan_t *best, size_t k, vpmm_region_t *h, vpmm_region_
 static void choose_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan)
 {
     const size_t pg = p->page_size;
-    for (vpmm_rb_node_t *n = vpmm_rb_first(&p->holes); n; n = vpmm_rb_next(n)) {
+    for (vpmm_rb_node_t *n = vpmm_rb_first(&plan->arena->holes); n; n = vpmm_rb_next(n)) {
         vpmm_region_t *h = region_of(n);
         vpmm_region_t *f = usable(h->prev, s) ? h->prev : NULL;
         vpmm_region_t *g = usable(h->next, s) ? h->next : NULL;
@@ -200,7 +220,7 @@ static int markable(vpmm_pool_t *p, const vpmm_strm_t *t)
     uint64_t id;
     if (t->retired || t->dirty_regions == 0)
         return 1;
-    return p->drv->capture_info(p->drv, t->handle, &cap, &id) == VPMM_DRV_OK &&
+    return p->drv->capture_info(p->drv, t->handle, &cap, &id, NULL) == VPMM_DRV_OK &&
            cap == VPMM_CAPTURE_NONE;
 }
 
@@ -289,16 +309,28 @@ static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan)
         plan->unit = big;
 }
 
+/* Free pages of private arenas no graph and no capture uses: they may move like shared ones. */
+static vpmm_status_t harvest_idle_private(vpmm_pool_t *p, vpmm_plan_t *plan, size_t *need)
+{
+    for (vpmm_arena_t *a = p->privates; a && *need; a = a->next)
+        if (!a->pinned && a->captures == 0)
+            VPMM_CHECK(harvest_tree(p, plan, &a->ready, need));
+    return VPMM_SUCCESS;
+}
+
 vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan)
 {
     size_t need;
     vpmm_status_t st;
 
+    plan->arena = &p->shared;
     choose_span(p, s, size, plan);
     need = plan->npages;
     st = harvest_tree(p, plan, &s->free_tree, &need);
     if (st == VPMM_SUCCESS && need)
-        st = harvest_tree(p, plan, &p->ready, &need);
+        st = harvest_tree(p, plan, &p->shared.ready, &need);
+    if (st == VPMM_SUCCESS && need)
+        st = harvest_idle_private(p, plan, &need);
     if (st == VPMM_SUCCESS && need)
         st = harvest_others(p, s, plan, &need);
     if (st != VPMM_SUCCESS) {
@@ -308,5 +340,29 @@ vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm
     plan->nnew = need;
     plan->req_pages = pages_for(size, p->page_size);
     plan_growth(p, plan);
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size,
+                                       vpmm_plan_t *plan)
+{
+    size_t need;
+    vpmm_status_t st;
+
+    plan->arena = a;
+    choose_span(p, s, size, plan);
+    need = plan->npages;
+    /* Ready shared memory is known complete: it can move without a marker, a wait or a query,
+     * which a capture forbids. Nothing of the private arena itself ever moves. */
+    st = harvest_tree(p, plan, &p->shared.ready, &need);
+    if (st != VPMM_SUCCESS) {
+        vpmm_i_plan_fini(plan);
+        return st;
+    }
+    plan->nnew = need;
+    plan->req_pages = pages_for(size, p->page_size);
+    plan->unit = plan->nnew * p->page_size >= GROWTH_BIG_BYTES
+                     ? VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / p->page_size)
+                     : 1;
     return VPMM_SUCCESS;
 }

@@ -10,8 +10,11 @@
  *   1b  poll other streams' markers (recording one where frees are unmarked), retry 1a;
  *   1c  best fit among other streams' pending memory, with a GPU-side wait;
  *    2  defragment / grow: map pages into a hole (policy.c decides, defrag.c executes).
+ * A stream that is being captured into a CUDA graph is served by its capture's graph pool
+ * instead (graph/ routes it, arena.c allocates); the shared pool never serves a capture.
  * vpmm_free puts the block into its stream's exact-size cache (cache.c: no coalescing until a slow
- * path or until the cache reaches opt.cache_percent of mapped memory), else frees and coalesces.
+ * path or until the cache reaches opt.cache_percent of mapped memory), else frees and coalesces;
+ * a graph pool's block goes back to its graph pool (arena.c).
  * Every public call takes the pool lock for its whole duration (thread-safe, one at a time).
  * Invariants (pool.h) are checked by vpmm_pool_check (check.c).
  */
@@ -30,6 +33,21 @@ void vpmm_i_lock(const vpmm_pool_t *p)
 void vpmm_i_unlock(const vpmm_pool_t *p)
 {
     vpmm_lock_release(&((vpmm_pool_t *)p)->lock);
+}
+
+vpmm_driver_t *vpmm_i_pool_driver(const vpmm_pool_t *p)
+{
+    return p->drv;
+}
+
+struct vpmm_graphs **vpmm_i_pool_graphs(vpmm_pool_t *p)
+{
+    return &p->graphs;
+}
+
+vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p)
+{
+    return vpmm_i_drv_status(p, p->drv->synchronize(p->drv));
 }
 
 vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r)
@@ -164,8 +182,8 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     p->opt = *opt;
     p->granularity = gran;
     vpmm_lock_init(&p->lock);
-    vpmm_rb_init(&p->holes);
-    vpmm_rb_init(&p->ready);
+    vpmm_rb_init(&p->shared.holes);
+    vpmm_rb_init(&p->shared.ready);
     if (vpmm_hmap_init(&p->allocs, 1024) != 0 || vpmm_hmap_init(&p->maps, 1024) != 0) {
         st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
         vpmm_i_set_error("out of host memory for the pool's tables");
@@ -174,7 +192,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     VPMM_CHECK_GOTO(st, vpmm_i_options_finish(&p->opt, gran), fail_pool);
     p->page_size = p->opt.page_size;
     vpmm_i_cache_limit_update(p);
-    VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &c), fail_pool);
+    VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &p->shared, &c), fail_pool);
     if (p->opt.prealloc_pages > 0)
         VPMM_CHECK_GOTO(st, preallocate(p, p->opt.prealloc_pages), fail_teardown);
     *out = p;
@@ -237,11 +255,17 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     vpmm_i_lock(pool);
-    if (pool->c.live_allocs > 0) {
+    /* Graph pools first: a graph destroyed just before returns its pages (and their live
+     * allocations) to the shared pool, which the live-allocation test then sees. */
+    st = vpmm_g_fini(pool);
+    if (st == VPMM_SUCCESS && pool->c.live_allocs > 0) {
         vpmm_i_set_error("vpmm_pool_destroy: %llu allocations are still live",
                          (unsigned long long)pool->c.live_allocs);
+        st = VPMM_ERROR_POOL_BUSY;
+    }
+    if (st != VPMM_SUCCESS) {
         vpmm_i_unlock(pool);
-        return VPMM_ERROR_POOL_BUSY;
+        return st;
     }
     st = pool_teardown(pool);
     vpmm_i_unlock(pool);
@@ -251,30 +275,6 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
 
 /* ---- malloc / free ------------------------------------------------------------------------- */
 
-/* Turns an unindexed region into an allocation of stream s. */
-static void make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s, size_t requested)
-{
-    r->state = VPMM_REGION_ALLOCATED;
-    r->ready = 0;
-    r->stream = s;
-    r->seq = 0;
-    r->requested = requested;
-    vpmm_i_index_add(p, r);
-}
-
-/* Takes `rsize` bytes from the start of the indexed FREE region r for stream s. */
-static vpmm_region_t *allocate_from(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s, size_t rsize,
-                                    size_t requested)
-{
-    if (r->size > rsize) {
-        r = vpmm_i_free_take_front(p, r, rsize); /* the rest keeps its place and state */
-    } else {
-        vpmm_i_index_del(p, r);
-    }
-    make_allocated(p, r, s, requested);
-    return r;
-}
-
 /* Phases 0, 1b, 1c and 2. */
 static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out)
 {
@@ -282,6 +282,8 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     vpmm_region_t *r;
     vpmm_status_t st;
 
+    /* Graph pools whose graphs are all gone give their pages back first. */
+    vpmm_g_collect(p);
     /* Everything below must see fully coalesced memory: no region stays cached. */
     vpmm_i_cache_flush_all(p);
     r = vpmm_i_fit_nowait(p, s, rsize);
@@ -312,8 +314,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     return st;
 }
 
-/* The OOM message: what was asked, what the pool holds, what the device has left. */
-static void explain_oom(vpmm_pool_t *p, size_t size)
+void vpmm_i_explain_oom(vpmm_pool_t *p, size_t size)
 {
     char req[32], live[32], mapped[32], fr[32], dev[48] = "unknown";
     size_t dfree, dtotal;
@@ -363,11 +364,12 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     capture_id = 0;
     st = VPMM_SUCCESS;
     if (!vpmm_i_stream_is_legacy(stream))
-        st = vpmm_i_drv_status(pool, pool->drv->capture_info(pool->drv, stream, &cap, &capture_id));
+        st = vpmm_i_drv_status(pool,
+                               pool->drv->capture_info(pool->drv, stream, &cap, &capture_id, NULL));
     if (VPMM_UNLIKELY(st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE)) {
-        vpmm_i_set_error("vpmm_malloc: stream %p is being captured (capture %llu)", (void *)stream,
-                         (unsigned long long)capture_id);
-        st = VPMM_ERROR_STREAM_CAPTURING;
+        /* A capture: its graph pool serves it (graph/), never the shared pool. */
+        st = vpmm_g_malloc(pool, stream, capture_id, size, out_ptr);
+        goto out;
     }
     if (st != VPMM_SUCCESS)
         goto out;
@@ -381,7 +383,8 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     }
     r = vpmm_i_cache_take(pool, s, rsize);
     if (VPMM_LIKELY(r != NULL)) {
-        make_allocated(pool, r, s, size); /* the hot path: an exact-size block of this stream */
+        vpmm_i_make_allocated(pool, r, s,
+                              size); /* the hot path: an exact-size block of this stream */
     } else {
         r = vpmm_i_fit_nowait(pool, s, rsize);
         if (VPMM_UNLIKELY(r == NULL)) {
@@ -389,12 +392,12 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
             if (st != VPMM_SUCCESS) {
                 if (st == VPMM_ERROR_OUT_OF_MEMORY) {
                     pool->c.ooms++;
-                    explain_oom(pool, size);
+                    vpmm_i_explain_oom(pool, size);
                 }
                 goto out;
             }
         }
-        r = allocate_from(pool, r, s, rsize, size);
+        r = vpmm_i_allocate_from(pool, r, s, rsize, size);
     }
     pool->c.mallocs++;
     vpmm_i_note_peaks(pool);
@@ -438,7 +441,9 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
         goto out;
     }
     vpmm_i_alloc_forget(pool, r);
-    if (vpmm_i_cache_put(pool, r->stream, r) != 0) {
+    if (VPMM_UNLIKELY(vpmm_i_arena_of(r)->priv)) {
+        vpmm_i_arena_free(pool, r); /* a graph pool's: no cache, capture-aware (arena.c) */
+    } else if (vpmm_i_cache_put(pool, r->stream, r) != 0) {
         vpmm_i_region_set_free(pool, r, r->stream);
         vpmm_i_index_add(pool, r);
         vpmm_i_region_coalesce(pool, r);
@@ -458,6 +463,7 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     vpmm_i_lock(pool);
+    vpmm_g_stream_released(pool, stream);
     for (s = pool->streams; s && s->handle != stream; s = s->next)
         ;
     if (s != NULL)

@@ -1,7 +1,7 @@
 /*
  * pool.h — the core pool's data model, shared by the core files (region, stream, pages, va,
- * policy, defrag, pool, stats, check). Nothing outside src/ includes it; graph/ and checkpoint/
- * will get a narrower header of their own.
+ * policy, defrag, arena, pool, stats, check). Nothing outside src/ includes it: graph/ and
+ * checkpoint/ use the narrower src/internal.h.
  *
  * Terms (docs/ALGORITHM.md has pictures). A *chunk* is one VA reservation. It is tiled by
  * *regions*, each in one state: ALLOCATED, FREE (mapped, reusable), HOLE (nothing mapped) or
@@ -14,6 +14,16 @@
  * tracked with per-stream *markers*: events recorded lazily (never per free). A pending region
  * freed when its stream had recorded `e` markers carries seq = e; it is complete once marker e is,
  * i.e. once stream->completed > e.
+ *
+ * An *arena* is the set of chunks one pool of memory owns: the shared arena (every stream's
+ * ordinary allocations) or a private arena (a graph pool, graph/). Each arena has its own hole
+ * and ready trees, so one arena's searches never see another's memory. Private arenas differ in
+ * three ways: they have no exact-size cache; their pending FREE regions sit in per-stream side
+ * trees of the arena (not in the stream's free_tree), and may be pending *until the capture into
+ * the arena ends* (seq = VPMM_SEQ_CAPTURE) instead of until a marker; and their pages never move
+ * while the arena is pinned (a graph or a capture uses it): private growth maps only fresh pages
+ * or the shared arena's ready pages, and the shared arena harvests a private arena's free pages
+ * only when it is idle.
  *
  * Invariants (checked by vpmm_pool_check, check.c, after every mutation in the tests):
  *  I1  Tiling: per chunk, regions are address-sorted, contiguous and cover [base, base+size).
@@ -30,13 +40,16 @@
  *  I6  Coalescing: no two adjacent HOLEs; no two adjacent uncached FREE regions that are both
  *      ready or both pending on the same stream (cached regions are never merged: cache.c).
  *  I7  Indexes: ALLOCATED regions are exactly the entries of allocs (by address); ready FREE
- *      regions exactly the ready tree; pending FREE regions exactly their stream's free_tree and,
- *      in nondecreasing seq order, its pending list; cached FREE regions exactly the lists of
- *      their stream's cache, under their size; HOLEs exactly the holes tree; ZOMBIEs exactly the
- *      zombie list; every tree is a valid red-black tree keyed (size, addr).
+ *      regions exactly the ready tree of their chunk's arena; pending FREE regions exactly their
+ *      stream's free_tree (shared) or their arena's side tree for the stream (private) and, in
+ *      nondecreasing seq order, the stream's pending list; cached FREE regions exactly the lists
+ *      of their stream's cache, under their size; HOLEs exactly their arena's holes tree;
+ *      ZOMBIEs exactly the zombie list; every tree is a valid red-black tree keyed (size, addr).
  *  I8  Markers: completed <= recorded for every stream; a pending region has
- *      completed <= seq <= recorded; a stream is `dirty` iff some pending region has seq ==
- * recorded.
+ *      completed <= seq <= recorded, or seq == VPMM_SEQ_CAPTURE in a private arena with a capture
+ *      in progress; a stream is `dirty` iff some pending region has seq == recorded.
+ *  I9  Arenas: every chunk belongs to the shared arena or a listed private arena; a private
+ *      arena's counters equal the sums over its chunks; cached regions are shared only.
  */
 #ifndef VPMM_POOL_H
 #define VPMM_POOL_H
@@ -46,6 +59,7 @@
 
 #include "driver.h"
 #include "hashmap.h"
+#include "internal.h"
 #include "lock.h"
 #include "options.h"
 #include "rbtree.h"
@@ -57,11 +71,17 @@ typedef struct vpmm_chunk vpmm_chunk_t;
 typedef struct vpmm_region vpmm_region_t;
 typedef struct vpmm_strm vpmm_strm_t;
 typedef struct vpmm_phys vpmm_phys_t;
+typedef struct vpmm_arena vpmm_arena_t;
+
+/* The seq of a private pending region reusable by its stream only until the capture into its
+ * arena ends (then it becomes ready). */
+#define VPMM_SEQ_CAPTURE UINT64_MAX
 
 /* One VA reservation. */
 struct vpmm_chunk {
     uintptr_t base;
     size_t size;
+    vpmm_arena_t *arena;  /* the arena that owns it */
     unsigned index;       /* reservation order, for dumps */
     vpmm_region_t *first; /* lowest region */
     vpmm_chunk_t *next;
@@ -75,12 +95,14 @@ struct vpmm_region {
     vpmm_region_state_t state;
     int ready;                    /* FREE only: in the pool's ready tree */
     int cached;                   /* FREE only: in its stream's exact-size cache (cache.c) */
-    vpmm_rb_node_t node;          /* FREE: ready tree or stream free_tree; HOLE: holes tree */
+    vpmm_rb_node_t node;          /* FREE: ready tree, stream free_tree or side tree; HOLE: holes
+                                     tree */
     vpmm_region_t *qprev, *qnext; /* pending FREE: stream pending list; cached FREE: its cache
                                      list; ZOMBIE: zombie list */
     vpmm_strm_t *stream;          /* ALLOCATED: allocating stream; pending FREE: freeing stream;
                                      ZOMBIE: stream whose marker guards it (NULL: already safe) */
-    uint64_t seq;                 /* pending FREE and ZOMBIE: the marker that covers it */
+    uint64_t seq;                 /* pending FREE and ZOMBIE: the marker that covers it (or
+                                     VPMM_SEQ_CAPTURE) */
     size_t requested;             /* ALLOCATED: the caller's size */
     uint64_t age;                 /* FREE: pool->clock when freed (oldest-first harvesting) */
 };
@@ -88,9 +110,10 @@ struct vpmm_region {
 /* What the pool knows about one application stream. */
 struct vpmm_strm {
     vpmm_stream_t handle;
-    vpmm_rbtree_t free_tree; /* pending FREE regions of this stream, keyed (size, addr) */
-    vpmm_region_t *pend_head, *pend_tail; /* the same regions in seq order */
-    size_t pending_bytes;
+    vpmm_rbtree_t
+        free_tree; /* pending FREE regions of this stream (shared arena), by (size, addr) */
+    vpmm_region_t *pend_head, *pend_tail; /* its pending regions of every arena, in seq order */
+    size_t pending_bytes;                 /* in free_tree */
     vpmm_hmap_t cache; /* size -> newest cached FREE region (a LIFO list through qnext) */
     size_t cached_bytes;
     /* Markers [completed, recorded) are in flight; marker i lives in ring[i % ring_cap]. */
@@ -121,6 +144,33 @@ typedef struct vpmm_counters {
     uint64_t pages_released, grows, ooms, cross_stream_waits, handles_created;
 } vpmm_counters_t;
 
+/* A private arena's pending FREE regions of one stream (I7). */
+typedef struct vpmm_side {
+    vpmm_strm_t *stream; /* compared only: a reused stream record takes the entry over */
+    vpmm_rbtree_t tree;  /* keyed (size, addr) */
+} vpmm_side_t;
+
+/*
+ * A pool of memory: the shared arena (embedded in the pool, counted only in pool->c) or a private
+ * one (a graph pool; its own counters in c, which pool->c also includes). `priv` is the fast
+ * test the index uses.
+ */
+struct vpmm_arena {
+    vpmm_rbtree_t holes; /* HOLE regions, keyed (size, addr) */
+    vpmm_rbtree_t ready; /* ready FREE regions, keyed (size, addr) */
+    int priv;
+    unsigned id;     /* 0: shared; else the graph pool's id (dumps, checkpoints) */
+    unsigned chunks; /* chunks it owns */
+    /* Private arenas only. */
+    vpmm_side_t *side;
+    size_t nside, side_cap;
+    unsigned captures;      /* captures into it in progress (graph/ keeps this) */
+    size_t capture_pending; /* regions with seq == VPMM_SEQ_CAPTURE */
+    int pinned;             /* a live graph may use its addresses (graph/ keeps this) */
+    vpmm_counters_t c;      /* bytes and counts of its own regions and calls */
+    vpmm_arena_t *next;     /* the pool's private arenas */
+};
+
 struct vpmm_pool {
     vpmm_lock_t lock;
     vpmm_driver_t *drv;
@@ -129,10 +179,12 @@ struct vpmm_pool {
     size_t page_size;
     size_t granularity;
 
-    vpmm_chunk_t *chunks;
+    vpmm_chunk_t *chunks; /* every arena's */
     unsigned chunk_count, next_chunk_index;
-    vpmm_rbtree_t holes; /* HOLE regions, keyed (size, addr) */
-    vpmm_rbtree_t ready; /* ready FREE regions, keyed (size, addr) */
+    vpmm_arena_t shared;
+    vpmm_arena_t *privates; /* private arenas (graph pools) */
+    size_t private_count;
+    struct vpmm_graphs *graphs; /* graph/'s state (graph pools, captures); NULL until used */
     vpmm_region_t *zombie_head, *zombie_tail;
     vpmm_hmap_t allocs; /* address -> ALLOCATED region */
     vpmm_hmap_t maps;   /* page address -> phys (live and zombie mappings) */
@@ -172,18 +224,8 @@ struct vpmm_pool {
 vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
                                     vpmm_pool_t **out);
 
-/* Turns a driver result into a status, remembering the raw error and explaining it. */
-vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r);
-
-/* Locks a pool that callers see as const (introspection). */
-void vpmm_i_lock(const vpmm_pool_t *p);
-void vpmm_i_unlock(const vpmm_pool_t *p);
-
-/* The legacy default stream (NULL, or CU_STREAM_LEGACY = 0x1): never captured, driver.h rule 6. */
-static inline int vpmm_i_stream_is_legacy(vpmm_stream_t s)
-{
-    return (uintptr_t)s <= 1;
-}
+/* The out-of-memory message: what was asked, what the pool holds, what the device has left. */
+void vpmm_i_explain_oom(vpmm_pool_t *p, size_t size);
 
 /* ---- regions and indexes (region.c) -------------------------------------------------------- */
 
@@ -222,10 +264,31 @@ vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr);
 /* Marks an unindexed region FREE: pending on s (seq = its next marker) or ready if s is NULL. */
 void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s);
 
-/* ---- streams and markers (stream.c) -------------------------------------------------------- */
+/* Turns an unindexed region into an allocation of stream s. */
+static inline void vpmm_i_make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s,
+                                         size_t requested)
+{
+    r->state = VPMM_REGION_ALLOCATED;
+    r->ready = 0;
+    r->stream = s;
+    r->seq = 0;
+    r->requested = requested;
+    vpmm_i_index_add(p, r);
+}
 
-/* The tracked stream for handle, created on first sight; NULL if the host is out of memory. */
-vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle);
+/* Takes `rsize` bytes from the start of the indexed FREE region r for stream s. */
+static inline vpmm_region_t *vpmm_i_allocate_from(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s,
+                                                  size_t rsize, size_t requested)
+{
+    if (r->size > rsize)
+        r = vpmm_i_free_take_front(p, r, rsize); /* the rest keeps its place and state */
+    else
+        vpmm_i_index_del(p, r);
+    vpmm_i_make_allocated(p, r, s, requested);
+    return r;
+}
+
+/* ---- streams and markers (stream.c) -------------------------------------------------------- */
 
 /* Makes sure marker `seq` of s is recorded (recording it now if it is the next one). Refuses
  * (VPMM_ERROR_STREAM_CAPTURING) on a stream being captured: a marker there would be a graph node.
@@ -237,10 +300,6 @@ vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq);
 
 /* Queries s's in-flight markers in order and promotes its completed pending regions to ready. */
 void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s);
-
-/* Records a marker on every live stream other than `except` that has unmarked frees, then polls
- * every stream (retired ones too) except `except`. */
-void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except);
 
 /* Whether marker seq of s is known complete. */
 static inline int vpmm_i_stream_done(const vpmm_strm_t *s, uint64_t seq)
@@ -298,12 +357,12 @@ static inline vpmm_phys_t *vpmm_i_phys_at(const vpmm_pool_t *p, uintptr_t va)
 
 /* ---- VA chunks (va.c) ---------------------------------------------------------------------- */
 
-/* Reserves a new chunk of opt.va_size; it becomes one HOLE region. */
-vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_chunk_t **out);
+/* Reserves a new chunk of opt.va_size for arena a; it becomes one HOLE region. */
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_chunk_t **out);
 /* Gives back one chunk that is a single whole HOLE; if the driver refuses, the chunk stays (empty,
  * accounted, reusable) and the failure is recorded. */
 vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c);
-/* Gives back chunks that are one whole HOLE, keeping at least `keep` chunks. */
+/* Gives back shared chunks that are one whole HOLE, keeping at least `keep` chunks. */
 void vpmm_i_chunk_trim(vpmm_pool_t *p, unsigned keep);
 /* Carves [addr, addr+len) out of an indexed HOLE; returns that piece, unindexed. */
 vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t addr, size_t len);
@@ -314,6 +373,8 @@ vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t 
 vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
 /* Phase 1c: best fit among other streams' pending regions (a GPU-side wait makes them usable). */
 vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+/* A private arena's best fit for s: its ready regions and s's side tree (no wait, no query). */
+vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size);
 
 /* One run of fully free pages to move: [addr, addr + npages*page) inside FREE region src. */
 typedef struct vpmm_harvest {
@@ -324,6 +385,7 @@ typedef struct vpmm_harvest {
 
 /* Phase 2's decision: where the new span goes and where its pages come from. */
 typedef struct vpmm_plan {
+    vpmm_arena_t *arena;  /* the arena the span goes to */
     vpmm_region_t *hole;  /* the hole pages are mapped into (NULL: reserve a new chunk) */
     vpmm_region_t *left;  /* usable FREE region ending where the mapped pages start, or NULL */
     vpmm_region_t *right; /* usable FREE region starting where the mapped pages end, or NULL */
@@ -338,8 +400,12 @@ typedef struct vpmm_plan {
 
 void vpmm_i_plan_fini(vpmm_plan_t *plan);
 /* Chooses the span (fewest pages to map) and the harvest (caller's stream, then ready memory,
- * then other streams oldest first). */
+ * then idle private arenas' ready memory, then other streams oldest first). */
 vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan);
+/* The same for private arena a, whose pages never move: a span among its holes and ready
+ * regions; pages only from the shared arena's ready memory (no wait, no marker) or fresh. */
+vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size,
+                                       vpmm_plan_t *plan);
 /* Where to map when the plan's hole is a fresh chunk. */
 void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole);
 
@@ -351,6 +417,25 @@ void vpmm_i_reclaim_zombies(vpmm_pool_t *p);
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
                             vpmm_region_t **out_span);
 
+/* ---- arenas (arena.c) ---------------------------------------------------------------------- */
+
+static inline vpmm_arena_t *vpmm_i_arena_of(const vpmm_region_t *r)
+{
+    return r->chunk->arena;
+}
+
+/* The tree an indexed FREE region sits in (ready, its stream's free_tree, or a side tree). */
+vpmm_rbtree_t *vpmm_i_free_tree(vpmm_pool_t *p, const vpmm_region_t *r);
+/* Private arena a's side entry for s, or NULL; _reserve creates it (host memory may fail). */
+vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s);
+vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s);
+/* Merges every pair of mergeable neighbours in a's chunks (after bulk state changes). */
+void vpmm_i_arena_coalesce_all(vpmm_pool_t *p, vpmm_arena_t *a);
+/* Frees private allocation r (already out of the allocation table and counted out): pending on
+ * its stream until the capture ends if that stream is capturing into r's arena, else until its
+ * stream's next marker (stream-ordered, as in the shared arena). */
+void vpmm_i_arena_free(vpmm_pool_t *p, vpmm_region_t *r);
+
 /* ---- stats (stats.c) ------------------------------------------------------------------------ */
 
 static inline void vpmm_i_note_peaks(vpmm_pool_t *p)
@@ -359,6 +444,16 @@ static inline void vpmm_i_note_peaks(vpmm_pool_t *p)
         p->c.peak_live_bytes = p->c.live_bytes;
     if (p->c.mapped_bytes > p->c.peak_mapped_bytes)
         p->c.peak_mapped_bytes = p->c.mapped_bytes;
+}
+
+/* The same for a private arena (its mapped bytes are its allocated + free bytes). */
+static inline void vpmm_i_arena_note_peaks(vpmm_arena_t *a)
+{
+    size_t mapped = a->c.allocated_bytes + a->c.free_bytes;
+    if (a->c.live_bytes > a->c.peak_live_bytes)
+        a->c.peak_live_bytes = a->c.live_bytes;
+    if (mapped > a->c.peak_mapped_bytes)
+        a->c.peak_mapped_bytes = mapped;
 }
 
 /* Fills a public region description. */

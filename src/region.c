@@ -1,8 +1,9 @@
 /*
  * region.c — region nodes, the per-state indexes, split/merge and coalescing.
  *
- * A region is "indexed" when it sits in the structure its state calls for (I7 in pool.h) and its
- * bytes are counted in the matching counter (I5). Every state change goes through
+ * A region is "indexed" when it sits in the structure its state calls for (I7 in pool.h: the
+ * trees of its chunk's arena) and its bytes are counted in the matching counters (I5; a private
+ * arena's own counters too, I9). Every state change goes through
  * vpmm_i_index_del → change fields → vpmm_i_index_add, so the indexes and the byte counters can
  * never drift apart. Split and merge work on unindexed regions only.
  *
@@ -99,8 +100,49 @@ static void zombie_unlink(vpmm_pool_t *p, vpmm_region_t *r)
     r->qprev = r->qnext = NULL;
 }
 
+/* A private pending region's tree: its arena's side tree for its stream (reserved earlier). */
+static vpmm_rbtree_t *side_tree(vpmm_arena_t *a, const vpmm_region_t *r)
+{
+    return &vpmm_i_side_find(a, r->stream)->tree;
+}
+
+vpmm_rbtree_t *vpmm_i_free_tree(vpmm_pool_t *p, const vpmm_region_t *r)
+{
+    vpmm_arena_t *a = vpmm_i_arena_of(r);
+    (void)p;
+    if (r->ready)
+        return &a->ready;
+    return VPMM_LIKELY(!a->priv) ? &r->stream->free_tree : side_tree(a, r);
+}
+
+/* A private arena's byte counters follow its regions (sign: +1 index, -1 unindex). */
+static void arena_count(vpmm_arena_t *a, const vpmm_region_t *r, int sign)
+{
+    size_t *bytes = NULL;
+    switch (r->state) {
+    case VPMM_REGION_ALLOCATED:
+        bytes = &a->c.allocated_bytes;
+        a->c.live_bytes += sign > 0 ? r->requested : -r->requested;
+        a->c.live_allocs += sign > 0 ? 1 : (uint64_t)-1;
+        break;
+    case VPMM_REGION_FREE:
+        bytes = &a->c.free_bytes;
+        if (!r->ready && r->seq == VPMM_SEQ_CAPTURE)
+            a->capture_pending += sign > 0 ? 1 : (size_t)-1;
+        break;
+    case VPMM_REGION_HOLE:
+        bytes = &a->c.hole_bytes;
+        break;
+    case VPMM_REGION_ZOMBIE:
+        bytes = &a->c.zombie_bytes;
+        break;
+    }
+    *bytes += sign > 0 ? r->size : -r->size;
+}
+
 void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
 {
+    vpmm_arena_t *a = vpmm_i_arena_of(r);
     switch (r->state) {
     case VPMM_REGION_ALLOCATED:
         /* Cannot fail: callers reserve room in allocs before committing. */
@@ -113,19 +155,23 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
     case VPMM_REGION_FREE:
         p->c.free_bytes += r->size;
         if (r->ready) {
-            tree_add(&p->ready, r);
+            tree_add(&a->ready, r);
         } else {
             vpmm_strm_t *s = r->stream;
-            tree_add(&s->free_tree, r);
+            if (VPMM_LIKELY(!a->priv)) {
+                tree_add(&s->free_tree, r);
+                s->pending_bytes += r->size;
+            } else {
+                tree_add(side_tree(a, r), r);
+            }
             vpmm_i_stream_pending_add(s, r);
-            s->pending_bytes += r->size;
             s->refs++;
             if (r->seq == s->recorded)
                 s->dirty_regions++;
         }
         break;
     case VPMM_REGION_HOLE:
-        tree_add(&p->holes, r);
+        tree_add(&a->holes, r);
         p->c.hole_bytes += r->size;
         break;
     case VPMM_REGION_ZOMBIE:
@@ -135,39 +181,49 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
             r->stream->refs++;
         break;
     }
+    if (VPMM_UNLIKELY(a->priv))
+        arena_count(a, r, +1);
 }
 
 void vpmm_i_alloc_forget(vpmm_pool_t *p, vpmm_region_t *r)
 {
+    vpmm_arena_t *a = vpmm_i_arena_of(r);
     p->c.allocated_bytes -= r->size;
     p->c.live_bytes -= r->requested;
     p->c.live_allocs--;
     r->stream->refs--;
+    if (VPMM_UNLIKELY(a->priv))
+        arena_count(a, r, -1);
 }
 
 void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
 {
+    vpmm_arena_t *a = vpmm_i_arena_of(r);
     switch (r->state) {
     case VPMM_REGION_ALLOCATED:
         vpmm_hmap_remove(&p->allocs, r->addr);
         vpmm_i_alloc_forget(p, r);
-        break;
+        return; /* counted out by alloc_forget */
     case VPMM_REGION_FREE:
         p->c.free_bytes -= r->size;
         if (r->ready) {
-            vpmm_rb_remove(&p->ready, &r->node);
+            vpmm_rb_remove(&a->ready, &r->node);
         } else {
             vpmm_strm_t *s = r->stream;
-            vpmm_rb_remove(&s->free_tree, &r->node);
+            if (VPMM_LIKELY(!a->priv)) {
+                vpmm_rb_remove(&s->free_tree, &r->node);
+                s->pending_bytes -= r->size;
+            } else {
+                vpmm_rb_remove(side_tree(a, r), &r->node);
+            }
             vpmm_i_stream_pending_del(s, r);
-            s->pending_bytes -= r->size;
             s->refs--;
             if (r->seq == s->recorded)
                 s->dirty_regions--;
         }
         break;
     case VPMM_REGION_HOLE:
-        vpmm_rb_remove(&p->holes, &r->node);
+        vpmm_rb_remove(&a->holes, &r->node);
         p->c.hole_bytes -= r->size;
         break;
     case VPMM_REGION_ZOMBIE:
@@ -177,6 +233,8 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
             r->stream->refs--;
         break;
     }
+    if (VPMM_UNLIKELY(a->priv))
+        arena_count(a, r, -1);
 }
 
 /*
@@ -217,7 +275,8 @@ vpmm_region_t *vpmm_i_region_split(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t a
  */
 vpmm_region_t *vpmm_i_free_take_front(vpmm_pool_t *p, vpmm_region_t *r, size_t bytes)
 {
-    vpmm_rbtree_t *tree = r->ready ? &p->ready : &r->stream->free_tree;
+    vpmm_rbtree_t *tree = vpmm_i_free_tree(p, r);
+    vpmm_arena_t *a = vpmm_i_arena_of(r);
     vpmm_region_t *n = vpmm_i_region_take(p);
 
     memset(n, 0, sizeof *n);
@@ -237,7 +296,9 @@ vpmm_region_t *vpmm_i_free_take_front(vpmm_pool_t *p, vpmm_region_t *r, size_t b
     r->size -= bytes;
     tree_add(tree, r);
     p->c.free_bytes -= bytes;
-    if (!r->ready)
+    if (VPMM_UNLIKELY(a->priv))
+        a->c.free_bytes -= bytes;
+    else if (!r->ready)
         r->stream->pending_bytes -= bytes;
     return n;
 }
@@ -258,7 +319,9 @@ int vpmm_i_free_mergeable(const vpmm_region_t *a, const vpmm_region_t *b)
         return 0;
     if (a->ready || b->ready)
         return a->ready && b->ready;
-    return a->stream == b->stream;
+    /* Pending until a capture ends and pending until a marker never merge: neither condition
+     * implies the other. */
+    return a->stream == b->stream && (a->seq == VPMM_SEQ_CAPTURE) == (b->seq == VPMM_SEQ_CAPTURE);
 }
 
 static int mergeable(const vpmm_region_t *a, const vpmm_region_t *b)

@@ -13,12 +13,17 @@
 vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
 {
     const vpmm_counters_t *c;
+    size_t private_mapped = 0, private_live = 0;
     if (pool == NULL || out == NULL) {
         vpmm_i_set_error("vpmm_get_stats: %s is NULL", pool == NULL ? "pool" : "out_stats");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     vpmm_i_lock(pool);
     c = &pool->c;
+    for (const vpmm_arena_t *a = pool->privates; a; a = a->next) {
+        private_mapped += a->c.allocated_bytes + a->c.free_bytes;
+        private_live += a->c.live_bytes;
+    }
     *out = (vpmm_stats_t){
         .live_bytes = c->live_bytes,
         .allocated_bytes = c->allocated_bytes,
@@ -44,6 +49,9 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
         .cross_stream_waits = c->cross_stream_waits,
         .va_chunks = pool->chunk_count,
         .streams = pool->stream_count,
+        .graph_pools = pool->private_count,
+        .private_mapped_bytes = private_mapped,
+        .private_live_bytes = private_live,
     };
     vpmm_i_unlock(pool);
     return VPMM_SUCCESS;
@@ -73,6 +81,7 @@ void vpmm_i_region_info(const vpmm_region_t *r, vpmm_region_info_t *out)
         .requested = r->state == VPMM_REGION_ALLOCATED ? r->requested : 0,
         .chunk = r->chunk->index,
         .chunk_base = r->chunk->base,
+        .pool = r->chunk->arena->id,
     };
 }
 
@@ -113,7 +122,7 @@ static const char *state_name(const vpmm_region_t *r)
 
 vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out)
 {
-    char a[32], b[32], c2[32], d[32];
+    char a[32], b[32], c2[32], d[32], e[32];
     const vpmm_counters_t *c;
     if (pool == NULL || out == NULL) {
         vpmm_i_set_error("vpmm_pool_dump: %s is NULL", pool == NULL ? "pool" : "out");
@@ -124,13 +133,19 @@ vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out)
     fprintf(out, "vpmm pool (%s backend), page %s, %u VA chunk(s) of %s\n", pool->drv->name,
             vpmm_i_format_bytes(pool->page_size, a, sizeof a), pool->chunk_count,
             vpmm_i_format_bytes(pool->opt.va_size, b, sizeof b));
-    fprintf(out, "  %-5s %-18s %-14s %-18s %-11s %s\n", "chunk", "address", "offset", "size",
-            "state", "stream");
+    fprintf(out, "  %-5s %-6s %-18s %-14s %-18s %-11s %s\n", "chunk", "pool", "address", "offset",
+            "size", "state", "stream");
     for (const vpmm_chunk_t *ch = pool->chunks; ch; ch = ch->next) {
+        char owner[16] = "shared";
+        if (ch->arena->priv)
+            snprintf(owner, sizeof owner, "g%u", ch->arena->id);
         for (const vpmm_region_t *r = ch->first; r; r = r->next) {
-            fprintf(out, "  %-5u 0x%016" PRIxPTR " +0x%-12" PRIxPTR " %-18zu %-11s", ch->index,
-                    r->addr, r->addr - ch->base, r->size, state_name(r));
-            if (r->state == VPMM_REGION_ALLOCATED || (r->state == VPMM_REGION_FREE && !r->ready))
+            fprintf(out, "  %-5u %-6s 0x%016" PRIxPTR " +0x%-12" PRIxPTR " %-18zu %-11s", ch->index,
+                    owner, r->addr, r->addr - ch->base, r->size, state_name(r));
+            if (r->state == VPMM_REGION_FREE && !r->ready && r->seq == VPMM_SEQ_CAPTURE)
+                fprintf(out, " %p until its capture ends", (void *)r->stream->handle);
+            else if (r->state == VPMM_REGION_ALLOCATED ||
+                     (r->state == VPMM_REGION_FREE && !r->ready))
                 fprintf(out, " %p", (void *)r->stream->handle);
             else if (r->state == VPMM_REGION_ZOMBIE && r->stream)
                 fprintf(out, " until marker %" PRIu64 " of %p", r->seq, (void *)r->stream->handle);
@@ -155,6 +170,15 @@ vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out)
             " cross-stream waits\n",
             c->live_allocs, c->mallocs, c->frees, c->defrags, c->pages_remapped, c->pages_created,
             c->cross_stream_waits);
+    for (const vpmm_arena_t *ar = pool->privates; ar; ar = ar->next) {
+        fprintf(out, "  graph pool g%u%s: live %s (peak %s), mapped %s (peak %s), free %s\n",
+                ar->id, ar->pinned ? " (pinned by graphs)" : "",
+                vpmm_i_format_bytes(ar->c.live_bytes, a, sizeof a),
+                vpmm_i_format_bytes(ar->c.peak_live_bytes, b, sizeof b),
+                vpmm_i_format_bytes(ar->c.allocated_bytes + ar->c.free_bytes, c2, sizeof c2),
+                vpmm_i_format_bytes(ar->c.peak_mapped_bytes, d, sizeof d),
+                vpmm_i_format_bytes(ar->c.free_bytes, e, sizeof e));
+    }
     vpmm_i_unlock(pool);
     return VPMM_SUCCESS;
 }

@@ -63,9 +63,15 @@ const char *vpmm_strerror(vpmm_status_t status)
     case VPMM_ERROR_INVALID_ENV:
         return "invalid VPMM_* environment variable";
     case VPMM_ERROR_STREAM_CAPTURING:
-        return "stream is being captured and no graph pool serves it";
+        return "stream or graph pool is being captured";
     case VPMM_ERROR_POOL_BUSY:
-        return "pool still has live allocations";
+        return "pool still has live allocations or graph pools";
+    case VPMM_ERROR_WRONG_POOL:
+        return "object belongs to another pool or graph pool";
+    case VPMM_ERROR_CHECKPOINT_CONFLICT:
+        return "checkpoint conflicts with the graph pool's mapped memory";
+    case VPMM_ERROR_NOT_CAPTURING:
+        return "stream is not being captured";
     }
     return "unknown status";
 }
@@ -105,6 +111,12 @@ const char *vpmm_status_name(vpmm_status_t status)
         return "VPMM_ERROR_STREAM_CAPTURING";
     case VPMM_ERROR_POOL_BUSY:
         return "VPMM_ERROR_POOL_BUSY";
+    case VPMM_ERROR_WRONG_POOL:
+        return "VPMM_ERROR_WRONG_POOL";
+    case VPMM_ERROR_CHECKPOINT_CONFLICT:
+        return "VPMM_ERROR_CHECKPOINT_CONFLICT";
+    case VPMM_ERROR_NOT_CAPTURING:
+        return "VPMM_ERROR_NOT_CAPTURING";
     }
     return "VPMM_STATUS_UNKNOWN";
 }

@@ -48,6 +48,11 @@ vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle)
     return s;
 }
 
+vpmm_stream_t vpmm_i_stream_handle(const vpmm_strm_t *s)
+{
+    return s->handle;
+}
+
 /* Destroys an event, with a second try: a transient failure must not leak it. */
 static vpmm_status_t event_destroy(vpmm_pool_t *p, vpmm_drv_event_t ev)
 {
@@ -115,7 +120,8 @@ vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
         return VPMM_SUCCESS;
     if (s->recorded - s->completed == s->ring_cap)
         VPMM_CHECK(ring_grow(s));
-    VPMM_CHECK(vpmm_i_drv_status(p, p->drv->capture_info(p->drv, s->handle, &cap, &capture_id)));
+    VPMM_CHECK(
+        vpmm_i_drv_status(p, p->drv->capture_info(p->drv, s->handle, &cap, &capture_id, NULL)));
     if (cap != VPMM_CAPTURE_NONE)
         return VPMM_ERROR_STREAM_CAPTURING;
     VPMM_CHECK(vpmm_i_event_get(p, &ev));

@@ -4,15 +4,16 @@
  * The pool reserves one chunk of opt.va_size at creation and another only when no hole can take a
  * span; a chunk that has become one whole hole is given back (beyond the first), so address space
  * never leaks (the seed's case D leaked the unused end of a hole — here the remainder of a carved
- * hole always stays a hole). Regions never cross chunks. Called under the pool lock; I1/I5 are
- * checked in check.c.
+ * hole always stays a hole). Regions never cross chunks, and a chunk belongs to one arena (the
+ * shared one or a graph pool's) for as long as that arena lives. Called under the pool lock; I1/I5
+ * are checked in check.c.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pool.h"
 
-vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_chunk_t **out)
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_chunk_t **out)
 {
     vpmm_chunk_t *c, **tail;
     vpmm_region_t *r;
@@ -33,6 +34,7 @@ vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_chunk_t **out)
     c->base = base;
     c->size = p->opt.va_size;
     c->index = p->next_chunk_index++;
+    c->arena = a;
     r = vpmm_i_region_take(p);
     memset(r, 0, sizeof *r);
     r->addr = base;
@@ -41,11 +43,16 @@ vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_chunk_t **out)
     r->state = VPMM_REGION_HOLE;
     c->first = r;
     vpmm_i_index_add(p, r);
-    for (tail = &p->chunks; *tail; tail = &(*tail)->next)
+    /* The list is kept in address order: walks, dumps and checkpoints visit memory in order. */
+    for (tail = &p->chunks; *tail && (*tail)->base < base; tail = &(*tail)->next)
         ;
+    c->next = *tail;
     *tail = c;
     p->chunk_count++;
     p->c.reserved_va_bytes += c->size;
+    a->chunks++;
+    if (a->priv)
+        a->c.reserved_va_bytes += c->size;
     *out = c;
     return VPMM_SUCCESS;
 }
@@ -66,6 +73,9 @@ vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c)
     *link = c->next;
     p->chunk_count--;
     p->c.reserved_va_bytes -= c->size;
+    c->arena->chunks--;
+    if (c->arena->priv)
+        c->arena->c.reserved_va_bytes -= c->size;
     free(c);
     return VPMM_SUCCESS;
 }
@@ -75,7 +85,7 @@ void vpmm_i_chunk_trim(vpmm_pool_t *p, unsigned keep)
     vpmm_chunk_t *c = p->chunks;
     while (c && p->chunk_count > keep) {
         vpmm_chunk_t *next = c->next;
-        if (chunk_empty(c))
+        if (!c->arena->priv && chunk_empty(c))
             vpmm_i_chunk_remove(p, c);
         c = next;
     }

@@ -133,7 +133,7 @@ static void test_marker_bounds(void **state)
 static void test_broken_tree(void **state)
 {
     fixture_t *f = *state;
-    vpmm_rb_node_t *root = f->t.pool->holes.root;
+    vpmm_rb_node_t *root = f->t.pool->shared.holes.root;
     assert_non_null(root);
     root->red = !root->red;
     assert_true(check_says(f->t.pool, "hole tree") >= 1);

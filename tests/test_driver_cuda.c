@@ -7,7 +7,14 @@
  * statically, so the binary still starts without a driver) to move bytes and to drive streams
  * and captures. Set VPMM_TEST_REQUIRE_GPU=1 to turn "no device" into a failure on GPU machines.
  *
- * Notes print with a "[driver_cuda]" prefix: granularity, the non-zero-offset verdict, OOM counts.
+ * Notes print with a "[driver_cuda]" prefix: granularity, the non-zero-offset verdict, OOM counts,
+ * what the driver says to captures on the legacy stream, and when and on which thread a user
+ * object's destructor ran.
+ *
+ * Built by tests/CMakeLists.txt (vpmm_add_test ... GPU: the CUDA runtime, statically). By hand:
+ *   gcc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -I/usr/local/cuda/include src/driver.c
+ *       src/driver_cuda.c tests/test_driver_cuda.c -L/usr/local/cuda/lib64 -lcudart_static
+ *       -lcmocka -ldl -lpthread -lrt -o test_driver_cuda
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -481,17 +490,20 @@ static void test_capture_info(void **state)
     CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
     vpmm_capture_status_t cs = VPMM_CAPTURE_INVALIDATED;
     uint64_t id = 42;
-    assert_int_equal(d->capture_info(d, s, &cs, &id), VPMM_DRV_OK);
+    vpmm_graph_t cg = (vpmm_graph_t)&cg;
+    assert_int_equal(d->capture_info(d, s, &cs, &id, &cg), VPMM_DRV_OK);
     assert_int_equal(cs, VPMM_CAPTURE_NONE);
     assert_int_equal(id, 0);
+    assert_null(cg);
 
     uint64_t ids[2] = { 0, 0 };
     for (int round = 0; round < 2; round++) {
         CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        assert_int_equal(d->capture_info(d, s, &cs, &ids[round]), VPMM_DRV_OK);
+        assert_int_equal(d->capture_info(d, s, &cs, &ids[round], &cg), VPMM_DRV_OK);
         assert_int_equal(cs, VPMM_CAPTURE_ACTIVE);
         assert_true(ids[round] != 0);
-        assert_int_equal(d->capture_info(d, other, &cs, &id), VPMM_DRV_OK);
+        assert_non_null(cg);
+        assert_int_equal(d->capture_info(d, other, &cs, &id, NULL), VPMM_DRV_OK);
         assert_int_equal(cs, VPMM_CAPTURE_NONE);
 
         /* Recording an event in a capturing stream is allowed (DESIGN §1). */
@@ -502,12 +514,14 @@ static void test_capture_info(void **state)
         cudaGraph_t graph = NULL;
         CUDA_OK(cudaStreamEndCapture(s, &graph));
         assert_non_null(graph);
+        assert_ptr_equal(graph, cg); /* capture_info's graph is the one the capture returns */
         CUDA_OK(cudaGraphDestroy(graph));
         assert_int_equal(d->event_destroy(d, ev), VPMM_DRV_OK);
 
-        assert_int_equal(d->capture_info(d, s, &cs, &id), VPMM_DRV_OK);
+        assert_int_equal(d->capture_info(d, s, &cs, &id, &cg), VPMM_DRV_OK);
         assert_int_equal(cs, VPMM_CAPTURE_NONE);
         assert_int_equal(id, 0);
+        assert_null(cg);
     }
     assert_true(ids[0] != ids[1]);
     printf("[driver_cuda] capture ids %llu, %llu\n", (unsigned long long)ids[0],
@@ -534,30 +548,28 @@ static void test_capture_invalidated(void **state)
     cudaError_t q = cudaEventQuery((cudaEvent_t)ev);
     vpmm_capture_status_t cs = VPMM_CAPTURE_NONE;
     uint64_t id = 0;
-    vpmm_dres_t st = d->capture_info(d, s, &cs, &id);
+    vpmm_graph_t cg = NULL;
+    vpmm_dres_t st = d->capture_info(d, s, &cs, &id, &cg);
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(s, &graph);
     printf("[driver_cuda] cudaEventQuery on a captured event: %d (%s); capture_info then: "
-           "status %d, capture %d (1 active, 2 invalidated); cudaStreamEndCapture: %d (%s)\n",
-           (int)q, cudaGetErrorName(q), (int)st, (int)cs, (int)e, cudaGetErrorName(e));
+           "status %d, capture %d (1 active, 2 invalidated), graph %s; cudaStreamEndCapture: %d "
+           "(%s), graph %s\n",
+           (int)q, cudaGetErrorName(q), (int)st, (int)cs, cg ? "set" : "NULL", (int)e,
+           cudaGetErrorName(e), graph ? "set" : "NULL");
     if (graph != NULL)
         CUDA_OK(cudaGraphDestroy(graph));
     (void)cudaGetLastError();
     assert_int_not_equal(q, cudaSuccess);
     assert_int_equal(st, VPMM_DRV_OK);
     assert_true(cs == VPMM_CAPTURE_ACTIVE || cs == VPMM_CAPTURE_INVALIDATED);
-    assert_int_equal(d->capture_info(d, s, &cs, &id), VPMM_DRV_OK);
+    assert_int_equal(d->capture_info(d, s, &cs, &id, NULL), VPMM_DRV_OK);
     assert_int_equal(cs, VPMM_CAPTURE_NONE);
     assert_int_equal(d->event_destroy(d, ev), VPMM_DRV_OK);
     CUDA_OK(cudaStreamDestroy(s));
     d->close(d);
 }
 
-/*
- * The pool asks capture_info about the legacy stream (NULL) on every allocation made there, also
- * while some other stream is being captured in global mode. Informational: prints what the
- * driver answers and whether the other capture survives the question.
- */
 /*
  * driver.h rule 6: the legacy default stream is never captured, so the pool skips the capture
  * query for it on the malloc hot path. Check the driver agrees: a capture cannot begin on it.
@@ -576,11 +588,16 @@ static void test_no_capture_on_legacy_stream(void **state)
         fail_msg("the driver began a capture on the legacy default stream");
     }
     (void)cudaGetLastError(); /* clear the expected error */
-    assert_int_equal(d->capture_info(d, NULL, &st, &id), VPMM_DRV_OK);
+    assert_int_equal(d->capture_info(d, NULL, &st, &id, NULL), VPMM_DRV_OK);
     assert_int_equal(st, VPMM_CAPTURE_NONE);
     d->close(d);
 }
 
+/*
+ * The pool asks capture_info about the legacy stream (NULL) on every allocation made there, also
+ * while some other stream is being captured in global mode. Informational: prints what the
+ * driver answers and whether the other capture survives the question.
+ */
 static void test_capture_legacy_stream_query(void **state)
 {
     (void)state;
@@ -590,9 +607,9 @@ static void test_capture_legacy_stream_query(void **state)
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     vpmm_capture_status_t cs = VPMM_CAPTURE_INVALIDATED, cs_s = VPMM_CAPTURE_NONE;
     uint64_t id = 0, id_s = 0;
-    vpmm_dres_t st = d->capture_info(d, NULL, &cs, &id);
+    vpmm_dres_t st = d->capture_info(d, NULL, &cs, &id, NULL);
     int code = st == VPMM_DRV_OK ? 0 : d->last_code;
-    vpmm_dres_t st_s = d->capture_info(d, s, &cs_s, &id_s);
+    vpmm_dres_t st_s = d->capture_info(d, s, &cs_s, &id_s, NULL);
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(s, &graph);
     printf("[driver_cuda] capture_info(NULL) while a non-blocking stream captures (global): "
@@ -604,6 +621,195 @@ static void test_capture_legacy_stream_query(void **state)
     (void)cudaGetLastError();
     assert_int_equal(st_s, VPMM_DRV_OK);
     CUDA_OK(cudaStreamDestroy(s));
+    d->close(d);
+}
+
+/* ---- graphs and user objects (driver.h rule 8) -------------------------------------------- */
+
+/* What a user object's destructor saw: how often it ran, when, on which thread. */
+typedef struct uobj_probe {
+    atomic_int runs;
+    double at; /* now_s() at the (first) run, published by the increment of runs */
+    long tid;
+} uobj_probe_t;
+
+static long thread_id(void)
+{
+    return (long)syscall(SYS_gettid);
+}
+
+static void CUDART_CB probe_dtor(void *arg)
+{
+    uobj_probe_t *p = arg;
+    if (atomic_load(&p->runs) == 0) {
+        p->at = now_s();
+        p->tid = thread_id();
+    }
+    atomic_fetch_add(&p->runs, 1);
+}
+
+/* Polls up to 5 s for the destructor; returns the seconds waited (or fails). */
+static double wait_destructor(uobj_probe_t *p, double since)
+{
+    while (atomic_load(&p->runs) == 0) {
+        if (now_s() - since > 5.0)
+            fail_msg("the user object destructor did not run within 5 s");
+        sleep_us(100);
+    }
+    return p->at - since;
+}
+
+/* begin_capture on the legacy stream (NULL or CU_STREAM_LEGACY) is refused through the table. */
+static void test_begin_capture_legacy_refused(void **state)
+{
+    (void)state;
+    vpmm_driver_t *d = open_or_skip();
+    const vpmm_stream_t legacy[2] = { NULL, (vpmm_stream_t)(uintptr_t)0x1 };
+    for (int i = 0; i < 2; i++) {
+        d->last_code = 0;
+        d->last_call = NULL;
+        vpmm_dres_t st = d->begin_capture(d, legacy[i], VPMM_CAPTURE_MODE_GLOBAL);
+        printf("[driver_cuda] begin_capture(%s): status %d, CUresult %d from %s\n",
+               i ? "CU_STREAM_LEGACY" : "NULL", (int)st, d->last_code,
+               d->last_call ? d->last_call : "-");
+        if (st == VPMM_DRV_OK) {
+            vpmm_graph_t g = NULL;
+            (void)d->end_capture(d, legacy[i], &g);
+            fail_msg("the driver began a capture on the legacy default stream");
+        }
+        assert_int_equal(st, VPMM_DRV_NOT_SUPPORTED);
+        assert_string_equal(d->last_call, "cuStreamBeginCapture");
+    }
+    vpmm_capture_status_t cs = VPMM_CAPTURE_ACTIVE;
+    assert_int_equal(d->capture_info(d, NULL, &cs, NULL, NULL), VPMM_DRV_OK);
+    assert_int_equal(cs, VPMM_CAPTURE_NONE);
+
+    /* A capture on a real stream still works afterwards (an empty graph). Beginning it twice
+     * must fail; what that does to the capture is printed (the host says 401, capture intact). */
+    cudaStream_t s = NULL;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    vpmm_graph_t g = NULL;
+    assert_int_equal(d->begin_capture(d, (vpmm_stream_t)s, VPMM_CAPTURE_MODE_RELAXED), VPMM_DRV_OK);
+    vpmm_dres_t again = d->begin_capture(d, (vpmm_stream_t)s, VPMM_CAPTURE_MODE_RELAXED);
+    int again_code = d->last_code;
+    assert_int_equal(d->capture_info(d, (vpmm_stream_t)s, &cs, NULL, NULL), VPMM_DRV_OK);
+    assert_int_equal(d->end_capture(d, (vpmm_stream_t)s, NULL), VPMM_DRV_INVALID);
+    vpmm_dres_t end = d->end_capture(d, (vpmm_stream_t)s, &g);
+    printf("[driver_cuda] begin_capture on a capturing stream: status %d, CUresult %d; capture "
+           "then %d (1 active, 2 invalidated); end_capture: status %d, CUresult %d, graph %s\n",
+           (int)again, again_code, (int)cs, (int)end, end ? d->last_code : 0, g ? "set" : "NULL");
+    assert_int_not_equal(again, VPMM_DRV_OK);
+    if (cs == VPMM_CAPTURE_ACTIVE) {
+        assert_int_equal(end, VPMM_DRV_OK);
+        assert_non_null(g);
+    }
+    if (g != NULL)
+        CUDA_OK(cudaGraphDestroy((cudaGraph_t)g));
+    CUDA_OK(cudaStreamDestroy(s));
+    d->close(d);
+}
+
+/* create -> release: the destructor runs once, on a thread of CUDA's choosing. */
+static void test_user_object_release(void **state)
+{
+    (void)state;
+    vpmm_driver_t *d = open_or_skip();
+    static uobj_probe_t p;
+    atomic_store(&p.runs, 0);
+    vpmm_drv_uobj_t o = NULL;
+    assert_int_equal(d->user_object_create(d, NULL, &p, &o), VPMM_DRV_INVALID);
+    assert_int_equal(d->user_object_create(d, probe_dtor, &p, &o), VPMM_DRV_OK);
+    assert_non_null(o);
+    double t0 = now_s();
+    assert_int_equal(d->user_object_release(d, o), VPMM_DRV_OK);
+    double dt = wait_destructor(&p, t0);
+    sleep_us(50000);
+    printf("[driver_cuda] released user object: destructor ran after %.3f ms on thread %ld "
+           "(test thread %ld)\n",
+           dt * 1e3, p.tid, thread_id());
+    assert_int_equal(atomic_load(&p.runs), 1);
+    d->close(d);
+}
+
+/*
+ * The whole path the pool takes: begin a capture through the table, find its graph with
+ * capture_info, hand it a user object, capture real work, end the capture (same graph),
+ * instantiate, launch twice, then destroy graph and exec; the destructor runs exactly once, and
+ * not while the exec or one of its launches still holds the object.
+ */
+static void test_graph_user_object(void **state)
+{
+    (void)state;
+    vpmm_driver_t *d = open_or_skip();
+    static uobj_probe_t p;
+    atomic_store(&p.runs, 0);
+    const size_t n = 4096;
+    cudaStream_t cs_ = NULL;
+    void *buf = NULL;
+    CUDA_OK(cudaStreamCreateWithFlags(&cs_, cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc(&buf, n)); /* before the capture: cudaMalloc would invalidate it */
+    const vpmm_stream_t s = (vpmm_stream_t)cs_;
+
+    assert_int_equal(d->begin_capture(d, s, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_OK);
+    vpmm_capture_status_t cs = VPMM_CAPTURE_NONE;
+    uint64_t id = 0;
+    vpmm_graph_t g = NULL;
+    assert_int_equal(d->capture_info(d, s, &cs, &id, &g), VPMM_DRV_OK);
+    assert_int_equal(cs, VPMM_CAPTURE_ACTIVE);
+    assert_true(id != 0);
+    assert_non_null(g);
+
+    /* Made and retained during the global-mode capture, as the pool does. */
+    vpmm_drv_uobj_t o = NULL;
+    assert_int_equal(d->user_object_create(d, probe_dtor, &p, &o), VPMM_DRV_OK);
+    assert_int_equal(d->graph_retain_user_object(d, g, o), VPMM_DRV_OK);
+    CUDA_OK(cudaMemsetAsync(buf, 0x5a, n, cs_));
+    vpmm_graph_t g2 = NULL;
+    assert_int_equal(d->capture_info(d, s, &cs, NULL, &g2), VPMM_DRV_OK);
+    assert_int_equal(cs, VPMM_CAPTURE_ACTIVE); /* create and retain did not invalidate it */
+    assert_ptr_equal(g2, g);
+
+    vpmm_graph_t ended = NULL;
+    assert_int_equal(d->end_capture(d, s, &ended), VPMM_DRV_OK);
+    assert_ptr_equal(ended, g);
+    assert_int_equal(d->capture_info(d, s, &cs, &id, &g2), VPMM_DRV_OK);
+    assert_int_equal(cs, VPMM_CAPTURE_NONE);
+    assert_null(g2);
+
+    cudaGraphExec_t x = NULL;
+    CUDA_OK(cudaGraphInstantiate(&x, (cudaGraph_t)ended, 0));
+    CUDA_OK(cudaMemsetAsync(buf, 0, n, cs_));
+    /* Hold the stream so both launches are still pending when the exec is destroyed. */
+    static atomic_int gate;
+    atomic_store(&gate, 0);
+    CUDA_OK(cudaLaunchHostFunc(cs_, gate_wait, &gate));
+    CUDA_OK(cudaGraphLaunch(x, cs_));
+    CUDA_OK(cudaGraphLaunch(x, cs_));
+    CUDA_OK(cudaGraphDestroy((cudaGraph_t)ended));
+    sleep_us(20000);
+    int after_graph = atomic_load(&p.runs); /* the exec still holds it */
+    CUDA_OK(cudaGraphExecDestroy(x));
+    sleep_us(50000);
+    int after_exec = atomic_load(&p.runs); /* its launches are still pending */
+    double t0 = now_s();
+    atomic_store(&gate, 1);
+    assert_int_equal(d->synchronize(d), VPMM_DRV_OK);
+    double dt = wait_destructor(&p, t0);
+    sleep_us(50000);
+    printf("[driver_cuda] runs after graph destroy %d, after exec destroy with launches pending "
+           "%d; user object destructor ran after %.3f ms on thread %ld (test thread %ld), %d "
+           "time(s)\n",
+           after_graph, after_exec, dt * 1e3, p.tid, thread_id(), atomic_load(&p.runs));
+    assert_int_equal(after_graph, 0);
+    assert_int_equal(after_exec, 0);
+    assert_int_equal(atomic_load(&p.runs), 1);
+
+    unsigned char host[64];
+    CUDA_OK(cudaMemcpy(host, buf, sizeof host, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < sizeof host; i++)
+        assert_int_equal(host[i], 0x5a); /* the captured memset ran */
+    CUDA_OK(cudaFree(buf));
+    CUDA_OK(cudaStreamDestroy(cs_));
     d->close(d);
 }
 
@@ -721,7 +927,7 @@ static void *no_context_thread(void *arg)
     t->st[5] = d->event_create(d, &ev);
     t->st[6] = d->event_record(d, ev, NULL);
     t->st[7] = d->synchronize(d);
-    t->st[8] = d->capture_info(d, NULL, &cs, &id);
+    t->st[8] = d->capture_info(d, NULL, &cs, &id, NULL);
     if (t->st[8] == VPMM_DRV_OK && (cs != VPMM_CAPTURE_NONE || id != 0))
         t->st[8] = VPMM_DRV_ERROR;
     if (t->st[5] == VPMM_DRV_OK) {
@@ -790,6 +996,9 @@ int main(void)
         cmocka_unit_test(test_capture_invalidated),
         cmocka_unit_test(test_capture_legacy_stream_query),
         cmocka_unit_test(test_no_capture_on_legacy_stream),
+        cmocka_unit_test(test_begin_capture_legacy_refused),
+        cmocka_unit_test(test_user_object_release),
+        cmocka_unit_test(test_graph_user_object),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_release_returns_memory),
         cmocka_unit_test(test_thread_without_context),

@@ -1,7 +1,8 @@
 /*
  * test_driver_fault.c — tests of the fault-injection decorator (src/driver_fault.c) over the host
- * backend: per-entry n-th call failures that never reach the inner driver, "any entry" failures
- * counted across entries, sticky failures, disarming, call and live-object counters, propagation
+ * backend: per-entry n-th call failures that never reach the inner driver (the graph and user
+ * object entries included), "any entry" failures counted across entries, sticky failures,
+ * disarming, call and live-object counters (user objects as the caller owns them), propagation
  * of the inner driver's own errors, naming and ownership.
  *
  * Each test wraps a fresh host instance; the inner state is read through vpmm_fault_inner and
@@ -40,22 +41,38 @@ static void close_wrapped(vpmm_driver_t *w)
     w->close(w);
 }
 
+static int fixture_dtor_runs;
+
+static void fixture_dtor(void *arg)
+{
+    (void)arg;
+    fixture_dtor_runs++;
+}
+
+/* Streams for begin_capture (BEGIN_STREAM(k)) and end_capture (CAPTURING(k)). */
+#define BEGIN_STREAM(k) ((vpmm_stream_t)(uintptr_t)(0x4000 + (k)))
+#define CAPTURING(k)    ((vpmm_stream_t)(uintptr_t)(0x5000 + (k)))
+
 /*
  * Objects prepared through the inner driver (so they do not count as wrapper calls): enough of
- * everything for each entry to be called three times with valid arguments.
+ * everything for each entry to be called three times with valid arguments. The captures that
+ * end_capture ends are begun only for that entry (a capture would make synchronize fail).
  */
 typedef struct fixture {
     vpmm_driver_t *w, *inner;
     uintptr_t spare_va[3]; /* unmapped reservations, for va_free */
     vpmm_drv_handle_t h;   /* a handle to map */
     vpmm_drv_handle_t spare_h[3];
-    uintptr_t map_va;         /* a reservation with room for three more mappings */
-    uintptr_t mapped_va[3];   /* mapped, not yet accessible */
-    vpmm_drv_event_t ev[3];   /* spare events */
-    vpmm_drv_event_t pending; /* recorded on S1 with work pending */
+    uintptr_t map_va;            /* a reservation with room for three more mappings */
+    uintptr_t mapped_va[3];      /* mapped, not yet accessible */
+    vpmm_drv_event_t ev[3];      /* spare events */
+    vpmm_drv_event_t pending;    /* recorded on S1 with work pending */
+    vpmm_graph_t graph;          /* a captured graph, the caller's */
+    vpmm_graph_t spare_graph[3]; /* captured graphs, for graph_destroy */
+    vpmm_drv_uobj_t retain_obj[3], release_obj[3];
 } fixture_t;
 
-static void fixture_init(fixture_t *f)
+static void fixture_init(fixture_t *f, vpmm_drv_entry_t entry)
 {
     memset(f, 0, sizeof *f);
     f->w = open_wrapped();
@@ -74,16 +91,35 @@ static void fixture_init(fixture_t *f)
     assert_int_equal(d->event_create(d, &f->pending), VPMM_DRV_OK);
     vpmm_host_enqueue(d, S1);
     assert_int_equal(d->event_record(d, f->pending, S1), VPMM_DRV_OK);
+    const vpmm_stream_t gs = (vpmm_stream_t)(uintptr_t)0x6000;
+    assert_int_equal(d->begin_capture(d, gs, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_OK);
+    assert_int_equal(d->end_capture(d, gs, &f->graph), VPMM_DRV_OK);
+    for (int i = 0; i < 3; i++) {
+        const vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)(0x7000 + i);
+        assert_int_equal(d->begin_capture(d, s, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_OK);
+        assert_int_equal(d->end_capture(d, s, &f->spare_graph[i]), VPMM_DRV_OK);
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(d->user_object_create(d, fixture_dtor, NULL, &f->retain_obj[i]),
+                         VPMM_DRV_OK);
+        assert_int_equal(d->user_object_create(d, fixture_dtor, NULL, &f->release_obj[i]),
+                         VPMM_DRV_OK);
+        if (entry == VPMM_DRV_END_CAPTURE)
+            assert_int_equal(d->begin_capture(d, CAPTURING(i), VPMM_CAPTURE_MODE_GLOBAL),
+                             VPMM_DRV_OK);
+    }
     assert_int_equal(vpmm_fault_total_calls(f->w), 0);
 }
 
 /* The inner state an injected failure must leave alone. */
 typedef struct snapshot {
-    vpmm_host_counts_t counts;
+    vpmm_host_counts_t counts; /* graphs and user objects included */
     size_t waits;
     int s1_idle;
     int ev_ready[3];
-    int access[3]; /* set_access reached: the mapping is writable */
+    int access[3];    /* set_access reached: the mapping is writable */
+    int capturing[6]; /* status of BEGIN_STREAM(k) and CAPTURING(k) */
+    int dtor_runs;
 } snapshot_t;
 
 /* Whether va is writable, from the kernel's table (touching it could raise SIGSEGV). */
@@ -116,7 +152,15 @@ static snapshot_t snap(const fixture_t *f)
     for (int i = 0; i < 3; i++) {
         s.ev_ready[i] = f->inner->event_query(f->inner, f->ev[i]) == VPMM_DRV_OK;
         s.access[i] = probe_writable(f->mapped_va[i]);
+        vpmm_capture_status_t st[2];
+        assert_int_equal(f->inner->capture_info(f->inner, BEGIN_STREAM(i), &st[0], NULL, NULL),
+                         VPMM_DRV_OK);
+        assert_int_equal(f->inner->capture_info(f->inner, CAPTURING(i), &st[1], NULL, NULL),
+                         VPMM_DRV_OK);
+        s.capturing[i] = (int)st[0];
+        s.capturing[3 + i] = (int)st[1];
     }
+    s.dtor_runs = fixture_dtor_runs;
     return s;
 }
 
@@ -128,6 +172,7 @@ static vpmm_dres_t call_entry(fixture_t *f, vpmm_drv_entry_t e, int k, int *touc
     vpmm_dres_t r = VPMM_DRV_ERROR;
     const uint64_t sentinel = 0x5e5e5e5e5e5e5e5eULL;
     uint64_t out = sentinel, out2 = sentinel;
+    vpmm_graph_t graph = (vpmm_graph_t)(uintptr_t)sentinel;
     *touched = 0;
     switch (e) {
     case VPMM_DRV_GRANULARITY: {
@@ -185,10 +230,31 @@ static vpmm_dres_t call_entry(fixture_t *f, vpmm_drv_entry_t e, int k, int *touc
         break;
     case VPMM_DRV_CAPTURE_INFO: {
         vpmm_capture_status_t st = (vpmm_capture_status_t)0x5e;
-        r = w->capture_info(w, S1, &st, &out2);
+        r = w->capture_info(w, S1, &st, &out2, &graph);
         out = st == (vpmm_capture_status_t)0x5e ? sentinel : (uint64_t)st;
         break;
     }
+    case VPMM_DRV_BEGIN_CAPTURE:
+        r = w->begin_capture(w, BEGIN_STREAM(k), VPMM_CAPTURE_MODE_GLOBAL);
+        break;
+    case VPMM_DRV_END_CAPTURE:
+        r = w->end_capture(w, CAPTURING(k), &graph);
+        break;
+    case VPMM_DRV_USER_OBJECT_CREATE: {
+        vpmm_drv_uobj_t o = (vpmm_drv_uobj_t)(uintptr_t)sentinel;
+        r = w->user_object_create(w, fixture_dtor, NULL, &o);
+        out = (uint64_t)(uintptr_t)o;
+        break;
+    }
+    case VPMM_DRV_GRAPH_RETAIN_USER_OBJECT:
+        r = w->graph_retain_user_object(w, f->graph, f->retain_obj[k]);
+        break;
+    case VPMM_DRV_USER_OBJECT_RELEASE:
+        r = w->user_object_release(w, f->release_obj[k]);
+        break;
+    case VPMM_DRV_GRAPH_DESTROY:
+        r = w->graph_destroy(w, f->spare_graph[k]);
+        break;
     case VPMM_DRV_MEM_GET_INFO: {
         size_t fr = (size_t)sentinel, tot = (size_t)sentinel;
         r = w->mem_get_info(w, &fr, &tot);
@@ -202,7 +268,7 @@ static vpmm_dres_t call_entry(fixture_t *f, vpmm_drv_entry_t e, int k, int *touc
     default:
         fail_msg("unknown entry %d", (int)e);
     }
-    *touched = out != sentinel || out2 != sentinel;
+    *touched = out != sentinel || out2 != sentinel || graph != (vpmm_graph_t)(uintptr_t)sentinel;
     return r;
 }
 
@@ -213,6 +279,8 @@ static void expect_same_snapshot(const snapshot_t *a, const snapshot_t *b)
     assert_int_equal(a->s1_idle, b->s1_idle);
     assert_memory_equal(a->ev_ready, b->ev_ready, sizeof a->ev_ready);
     assert_memory_equal(a->access, b->access, sizeof a->access);
+    assert_memory_equal(a->capturing, b->capturing, sizeof a->capturing);
+    assert_int_equal(a->dtor_runs, b->dtor_runs);
 }
 
 /* For every entry: the 2nd call fails with the armed result, changes nothing in the inner
@@ -222,7 +290,7 @@ static void test_each_entry_nth(void **state)
     (void)state;
     for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++) {
         fixture_t f;
-        fixture_init(&f);
+        fixture_init(&f, (vpmm_drv_entry_t)e);
         const vpmm_dres_t want = e % 2 ? VPMM_DRV_OUT_OF_MEMORY : VPMM_DRV_ERROR;
         vpmm_fault_fail_nth(f.w, (vpmm_drv_entry_t)e, 2, want);
         int touched;
@@ -315,7 +383,7 @@ static void test_any_nth(void **state)
     vpmm_fault_fail_any_nth(w, 2, VPMM_DRV_INVALID);
     vpmm_fault_fail_nth(w, VPMM_DRV_SET_ACCESS, 3, VPMM_DRV_ERROR);
     assert_int_equal(w->set_access(w, va, G), VPMM_DRV_OK); /* entry 1, any 1 */
-    assert_int_equal(w->capture_info(w, S1, &(vpmm_capture_status_t){ 0 }, NULL),
+    assert_int_equal(w->capture_info(w, S1, &(vpmm_capture_status_t){ 0 }, NULL, NULL),
                      VPMM_DRV_INVALID);                        /* any 2 fires */
     assert_int_equal(w->set_access(w, va, G), VPMM_DRV_OK);    /* entry 2 */
     assert_int_equal(w->set_access(w, va, G), VPMM_DRV_ERROR); /* entry 3 fires */
@@ -449,6 +517,102 @@ static void test_counters_and_live(void **state)
     close_wrapped(w);
 }
 
+/* Live user objects are the references the caller owns: create +1, release -1, and a retain that
+ * moved the reference to a graph -1; failures (real or injected) move nothing. */
+static void test_live_user_objects(void **state)
+{
+    (void)state;
+    vpmm_driver_t *w = open_wrapped();
+    vpmm_driver_t *inner = vpmm_fault_inner(w);
+    vpmm_fault_live_t live;
+    vpmm_drv_uobj_t o[3], none = NULL;
+    vpmm_graph_t g = NULL;
+    const vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x7000;
+    fixture_dtor_runs = 0;
+
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(w->user_object_create(w, fixture_dtor, NULL, &o[i]), VPMM_DRV_OK);
+    vpmm_fault_fail_nth(w, VPMM_DRV_USER_OBJECT_CREATE, 1, VPMM_DRV_OUT_OF_MEMORY);
+    assert_int_equal(w->user_object_create(w, fixture_dtor, NULL, &none), VPMM_DRV_OUT_OF_MEMORY);
+    assert_null(none);
+    assert_int_equal(w->user_object_create(w, NULL, NULL, &none), VPMM_DRV_INVALID); /* real */
+    vpmm_fault_live(w, &live);
+    assert_int_equal(live.user_objects, 3);
+    assert_int_equal(vpmm_host_user_objects(inner), 3);
+
+    /* Through the wrapper: begin, capture_info's graph, retain on it while capturing, end. */
+    assert_int_equal(w->begin_capture(w, s, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_OK);
+    vpmm_capture_status_t st;
+    uint64_t id;
+    vpmm_graph_t cg = NULL;
+    assert_int_equal(w->capture_info(w, s, &st, &id, &cg), VPMM_DRV_OK);
+    assert_int_equal(st, VPMM_CAPTURE_ACTIVE);
+    assert_non_null(cg);
+    vpmm_fault_fail_nth(w, VPMM_DRV_GRAPH_RETAIN_USER_OBJECT, 1, VPMM_DRV_ERROR);
+    assert_int_equal(w->graph_retain_user_object(w, cg, o[0]), VPMM_DRV_ERROR);
+    assert_int_equal(w->graph_retain_user_object(w, cg, o[0]), VPMM_DRV_OK);
+    assert_int_equal(w->graph_retain_user_object(w, cg, o[0]), VPMM_DRV_INVALID); /* moved */
+    assert_int_equal(w->last_code, 1);
+    assert_string_equal(w->last_call, "cuGraphRetainUserObject");
+    vpmm_fault_live(w, &live);
+    assert_int_equal(live.user_objects, 2);
+    assert_int_equal(w->end_capture(w, s, &g), VPMM_DRV_OK);
+    assert_ptr_equal(g, cg);
+
+    vpmm_fault_fail_nth(w, VPMM_DRV_USER_OBJECT_RELEASE, 1, VPMM_DRV_ERROR);
+    assert_int_equal(w->user_object_release(w, o[1]), VPMM_DRV_ERROR);
+    assert_int_equal(fixture_dtor_runs, 0);
+    assert_int_equal(w->user_object_release(w, o[1]), VPMM_DRV_OK);
+    assert_int_equal(fixture_dtor_runs, 1);
+    assert_int_equal(w->user_object_release(w, o[1]), VPMM_DRV_INVALID); /* already gone */
+    assert_int_equal(w->user_object_release(w, o[2]), VPMM_DRV_OK);
+    vpmm_fault_live(w, &live);
+    assert_int_equal(live.user_objects, 0);
+    assert_int_equal(vpmm_host_user_objects(inner), 1); /* o[0], held by the graph */
+    assert_int_equal(vpmm_host_graph_destroy(inner, g), VPMM_DRV_OK);
+    assert_int_equal(fixture_dtor_runs, 3);
+    assert_int_equal(vpmm_host_user_objects(inner), 0);
+
+    assert_int_equal(vpmm_fault_calls(w, VPMM_DRV_USER_OBJECT_CREATE), 5);
+    assert_int_equal(vpmm_fault_calls(w, VPMM_DRV_GRAPH_RETAIN_USER_OBJECT), 3);
+    assert_int_equal(vpmm_fault_calls(w, VPMM_DRV_USER_OBJECT_RELEASE), 4);
+    assert_int_equal(vpmm_fault_calls(w, VPMM_DRV_BEGIN_CAPTURE), 1);
+    assert_int_equal(vpmm_fault_calls(w, VPMM_DRV_END_CAPTURE), 1);
+    assert_int_equal(vpmm_fault_calls(w, VPMM_DRV_CAPTURE_INFO), 1);
+    assert_int_equal(vpmm_fault_injected(w), 3);
+    close_wrapped(w);
+}
+
+/* Injected begin/end failures do nothing: no capture begins, and an armed end leaves the capture
+ * going (the inner driver never saw it), so a later end still gets the graph. */
+static void test_capture_entries_injected(void **state)
+{
+    (void)state;
+    vpmm_driver_t *w = open_wrapped();
+    vpmm_driver_t *inner = vpmm_fault_inner(w);
+    const vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x7100;
+    vpmm_capture_status_t st;
+    vpmm_graph_t g = NULL;
+    vpmm_fault_fail_nth(w, VPMM_DRV_BEGIN_CAPTURE, 1, VPMM_DRV_ERROR);
+    assert_int_equal(w->begin_capture(w, s, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_ERROR);
+    assert_string_equal(w->last_call, "cuStreamBeginCapture");
+    assert_int_equal(vpmm_host_graphs(inner), 0);
+    assert_int_equal(w->begin_capture(w, s, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_OK);
+    vpmm_fault_fail_nth(w, VPMM_DRV_END_CAPTURE, 1, VPMM_DRV_ERROR);
+    assert_int_equal(w->end_capture(w, s, &g), VPMM_DRV_ERROR);
+    assert_null(g);
+    assert_int_equal(w->capture_info(w, s, &st, NULL, NULL), VPMM_DRV_OK);
+    assert_int_equal(st, VPMM_CAPTURE_ACTIVE);
+    /* A real failure is copied up: the legacy stream cannot capture. */
+    assert_int_equal(w->begin_capture(w, NULL, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_NOT_SUPPORTED);
+    assert_int_equal(w->last_code, 900);
+    assert_int_equal(w->end_capture(w, s, &g), VPMM_DRV_OK);
+    assert_non_null(g);
+    assert_int_equal(vpmm_host_graph_destroy(inner, g), VPMM_DRV_OK);
+    assert_int_equal(vpmm_host_graphs(inner), 0);
+    close_wrapped(w);
+}
+
 /* Released-while-mapped: the wrapper counts the release (the caller's view), the host keeps the
  * memory until the last unmap. */
 static void test_live_counts_follow_caller_view(void **state)
@@ -504,9 +668,10 @@ static void test_wrap_name_and_ownership(void **state)
     assert_int_equal(vpmm_fault_total_calls(host), 0);
     assert_int_equal(vpmm_fault_injected(NULL), 0);
     assert_int_equal(vpmm_fault_calls(host, VPMM_DRV_GRANULARITY), 0);
-    vpmm_fault_live_t live = { 1, 1, 1, 1 };
+    vpmm_fault_live_t live = { 1, 1, 1, 1, 1 };
     vpmm_fault_live(host, &live);
     assert_int_equal(live.handles, 0);
+    assert_int_equal(live.user_objects, 0);
     vpmm_fault_live(w, NULL);
     assert_int_equal(host->granularity(host, &g), VPMM_DRV_OK);
 
@@ -524,6 +689,8 @@ int main(void)
         cmocka_unit_test(test_sticky_and_disarm),
         cmocka_unit_test(test_counters_and_live),
         cmocka_unit_test(test_live_counts_follow_caller_view),
+        cmocka_unit_test(test_live_user_objects),
+        cmocka_unit_test(test_capture_entries_injected),
         cmocka_unit_test(test_wrap_name_and_ownership),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

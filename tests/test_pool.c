@@ -203,26 +203,37 @@ static void test_destroy_busy(void **state)
     tpool_close(&t);
 }
 
-static void test_capturing_stream_refused(void **state)
+/* The shared pool never serves a capture: its regions and counters do not change (graph/ serves
+ * it; test_graph.c tests how). */
+static void test_capture_leaves_shared_pool_alone(void **state)
 {
     tpool_t t;
-    tsnap_t before, after;
     vpmm_stream_t s;
+    vpmm_stats_t before, after;
+    vpmm_graph_pool_t *gp = NULL;
     uint64_t id;
-    void *p = (void *)1;
+    void *p = NULL, *q;
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    before = tsnap(t.pool);
+    q = tmalloc(t.pool, 4096, s);
+    tfree(t.pool, q); /* cached on s: a shared malloc of 4096 on s would take it */
+    before = tstats(t.pool);
     assert_int_equal(vpmm_host_begin_capture(t.host, s, &id), VPMM_DRV_OK);
-    /* Until graph pools exist (graph/), the shared pool must never serve a capture. */
-    assert_int_equal(vpmm_malloc(t.pool, 4096, s, &p), VPMM_ERROR_STREAM_CAPTURING);
-    assert_null(p);
-    assert_int_equal(vpmm_host_end_capture(t.host, s), VPMM_DRV_OK);
-    after = tsnap(t.pool);
-    assert_snap_equal(&before, &after);
     p = tmalloc(t.pool, 4096, s);
+    assert_ptr_not_equal(p, q);
+    after = tstats(t.pool);
+    assert_int_equal(after.graph_pools, 1);
+    assert_int_equal(after.live_bytes - after.private_live_bytes, before.live_bytes);
+    assert_int_equal(after.mapped_bytes - after.private_mapped_bytes, before.mapped_bytes);
+    assert_int_equal(vpmm_capture_graph_pool(t.pool, s, &gp), VPMM_SUCCESS);
     tfree(t.pool, p);
+    assert_int_equal(vpmm_host_end_capture(t.host, s), VPMM_DRV_OK);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    CHECK_POOL(t.pool);
+    assert_int_equal(tstats(t.pool).graph_pools, 0);
+    q = tmalloc(t.pool, 4096, s);
+    tfree(t.pool, q);
     tpool_close(&t);
 }
 
@@ -303,7 +314,7 @@ int main(void)
         cmocka_unit_test(test_bad_sizes),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_destroy_busy),
-        cmocka_unit_test(test_capturing_stream_refused),
+        cmocka_unit_test(test_capture_leaves_shared_pool_alone),
         cmocka_unit_test(test_oom_leaves_pool_unchanged),
         cmocka_unit_test(test_stream_release),
     };

@@ -47,11 +47,11 @@ static void test_split_and_absorb(void **state)
     vpmm_i_index_add(t.pool, hi);
     /* Three adjacent holes break I6, and the checker must say so. */
     assert_int_equal(vpmm_pool_check(t.pool, NULL), 2);
-    assert_int_equal(t.pool->holes.count, 3);
+    assert_int_equal(t.pool->shared.holes.count, 3);
     assert_int_equal(t.pool->c.hole_bytes, t.pool->chunks->size);
     /* Coalescing restores one hole. */
     assert_ptr_equal(vpmm_i_region_coalesce(t.pool, mid), h);
-    assert_int_equal(t.pool->holes.count, 1);
+    assert_int_equal(t.pool->shared.holes.count, 1);
     assert_int_equal(h->size, t.pool->chunks->size);
     CHECK_POOL(t.pool);
     tpool_close(&t);

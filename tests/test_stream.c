@@ -91,8 +91,8 @@ static void test_poll_promotes_in_order(void **state)
     lock(&t);
     vpmm_i_stream_poll(t.pool, s);
     assert_int_equal(s->completed, 1);
-    assert_int_equal(t.pool->ready.count, 1); /* x */
-    assert_int_equal(s->free_tree.count, 1);  /* y */
+    assert_int_equal(t.pool->shared.ready.count, 1); /* x */
+    assert_int_equal(s->free_tree.count, 1);         /* y */
     unlock(&t);
     vpmm_host_complete(t.host, a);
     lock(&t);

@@ -1,0 +1,437 @@
+/*
+ * checkpoint.c — checkpoints of a graph pool's region state, and reapplying them (DESIGN.md §5).
+ *
+ * A checkpoint is a sorted copy of the graph pool's mapped regions: each allocation (address,
+ * size, requested size, stream) and each free region (address, size; adjacent free regions
+ * merged). Holes and zombies are not recorded: unmapped memory is never part of a checkpoint.
+ *
+ * Reapply makes every currently mapped byte of the graph pool what the checkpoint says: inside a
+ * checkpointed allocation that is still wanted (not listed as dead) it is that allocation again;
+ * anywhere else it is ready free memory — including pages mapped after the checkpoint was taken
+ * (the pool grew in a later branch; PyTorch's allocator asserts here). It runs in two passes:
+ *
+ *  1. validate, changing nothing: the checkpoint is of this graph pool, no capture into it is in
+ *     progress, every dead pointer is one of its allocations, and every wanted allocation still
+ *     lies in mapped memory (else VPMM_ERROR_CHECKPOINT_CONFLICT); then reserve every node and
+ *     table slot the rewrite may need.
+ *  2. a merge walk of the current regions against the expected ones. Where they agree (the common
+ *     case: branches share their parent's allocations) nothing is touched; where they differ, the
+ *     smallest span at whose two ends both agree on a boundary is rewritten in one go
+ *     (vpmm_i_rewrite). Cost: O(regions + allocations), plus O(changed) index updates.
+ *
+ *     current:  [A][ free ][B1][B2][  free  ][C]        (B1, B2 allocated after the checkpoint)
+ *     expected: [A][ free ][ D ][     free   ][C]
+ *                          ^--- rewritten ---^
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+
+typedef struct ck_alloc {
+    uintptr_t addr;
+    size_t size;      /* rounded, as the region */
+    size_t requested; /* the caller's size */
+    vpmm_stream_t stream;
+} ck_alloc_t;
+
+typedef struct ck_free {
+    uintptr_t addr;
+    size_t size;
+} ck_free_t;
+
+struct vpmm_checkpoint {
+    unsigned graph_pool;
+    ck_alloc_t *allocs; /* address order */
+    size_t nallocs, live_bytes;
+    ck_free_t *frees; /* address order */
+    size_t nfrees, free_bytes, alloc_bytes;
+};
+
+/* ---- take ---------------------------------------------------------------------------------- */
+
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    void *a;
+    size_t ncap;
+    if (n < *cap)
+        return 0;
+    ncap = *cap ? *cap * 2 : 64;
+    a = realloc(*arr, ncap * elem);
+    if (a == NULL)
+        return -1;
+    *arr = a;
+    *cap = ncap;
+    return 0;
+}
+
+static vpmm_status_t snapshot(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_checkpoint_t *ck)
+{
+    size_t acap = 0, fcap = 0;
+    uintptr_t free_end = 0;
+    for (vpmm_region_t *r = vpmm_i_arena_first(p, a); r; r = vpmm_i_arena_next(p, r)) {
+        vpmm_view_t v;
+        vpmm_i_region_view(r, &v);
+        if (v.state == VPMM_REGION_ALLOCATED) {
+            if (grow((void **)&ck->allocs, &acap, ck->nallocs, sizeof *ck->allocs) != 0)
+                goto oom;
+            ck->allocs[ck->nallocs++] = (ck_alloc_t){ v.addr, v.size, v.requested, v.stream };
+            ck->live_bytes += v.requested;
+            ck->alloc_bytes += v.size;
+        } else if (v.state == VPMM_REGION_FREE) {
+            ck->free_bytes += v.size;
+            if (ck->nfrees > 0 && free_end == v.addr) {
+                ck->frees[ck->nfrees - 1].size += v.size; /* ready next to pending: one region */
+            } else {
+                if (grow((void **)&ck->frees, &fcap, ck->nfrees, sizeof *ck->frees) != 0)
+                    goto oom;
+                ck->frees[ck->nfrees++] = (ck_free_t){ v.addr, v.size };
+            }
+            free_end = v.addr + v.size;
+        }
+    }
+    return VPMM_SUCCESS;
+oom:
+    vpmm_i_set_error("out of host memory for a checkpoint");
+    return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+}
+
+vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *gp, vpmm_checkpoint_t **out)
+{
+    vpmm_checkpoint_t *ck;
+    vpmm_pool_t *p;
+    vpmm_status_t st;
+
+    VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_checkpoint_take"));
+    if (out == NULL) {
+        vpmm_i_set_error("vpmm_checkpoint_take: out_checkpoint is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    ck = calloc(1, sizeof *ck);
+    if (ck == NULL) {
+        vpmm_i_set_error("out of host memory for a checkpoint");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    p = vpmm_gp_pool(gp);
+    vpmm_i_lock(p);
+    vpmm_g_collect(p); /* notices captures that ended outside vpmm */
+    if (vpmm_i_arena_captures(vpmm_gp_arena(gp)) > 0) {
+        vpmm_i_set_error("vpmm_checkpoint_take: graph pool g%u is being captured into", gp->id);
+        st = VPMM_ERROR_STREAM_CAPTURING;
+    } else {
+        ck->graph_pool = gp->id;
+        st = snapshot(p, vpmm_gp_arena(gp), ck);
+    }
+    vpmm_i_unlock(p);
+    if (st != VPMM_SUCCESS) {
+        vpmm_checkpoint_destroy(ck);
+        return st;
+    }
+    *out = ck;
+    return VPMM_SUCCESS;
+}
+
+void vpmm_checkpoint_destroy(vpmm_checkpoint_t *ck)
+{
+    if (ck == NULL)
+        return;
+    free(ck->allocs);
+    free(ck->frees);
+    free(ck);
+}
+
+vpmm_status_t vpmm_checkpoint_info(const vpmm_checkpoint_t *ck, vpmm_checkpoint_info_t *out)
+{
+    if (ck == NULL || out == NULL) {
+        vpmm_i_set_error("vpmm_checkpoint_info: %s is NULL",
+                         ck == NULL ? "checkpoint" : "out_info");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out = (vpmm_checkpoint_info_t){
+        .graph_pool = ck->graph_pool,
+        .allocs = ck->nallocs,
+        .live_bytes = ck->live_bytes,
+        .free_regions = ck->nfrees,
+        .free_bytes = ck->free_bytes,
+        .mapped_bytes = ck->alloc_bytes + ck->free_bytes,
+    };
+    return VPMM_SUCCESS;
+}
+
+size_t vpmm_checkpoint_allocs(const vpmm_checkpoint_t *ck, vpmm_checkpoint_alloc_t *out, size_t cap)
+{
+    if (ck == NULL)
+        return 0;
+    for (size_t i = 0; i < ck->nallocs && i < cap && out != NULL; i++)
+        out[i] = (vpmm_checkpoint_alloc_t){ (void *)ck->allocs[i].addr, ck->allocs[i].requested,
+                                            ck->allocs[i].stream };
+    return ck->nallocs;
+}
+
+/* ---- reapply: validation ------------------------------------------------------------------- */
+
+/* The index of the checkpoint allocation at addr, or -1 (binary search). */
+static ptrdiff_t alloc_index(const vpmm_checkpoint_t *ck, uintptr_t addr)
+{
+    size_t lo = 0, hi = ck->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ck->allocs[mid].addr == addr)
+            return (ptrdiff_t)mid;
+        if (ck->allocs[mid].addr < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+/* The allocations that come back: the checkpoint's minus the dead ones, streams resolved. */
+static vpmm_status_t wanted_allocs(vpmm_pool_t *p, const vpmm_checkpoint_t *ck, void *const *dead,
+                                   size_t ndead, vpmm_span_t **out, size_t *nout)
+{
+    unsigned char *is_dead = calloc(ck->nallocs ? ck->nallocs : 1, 1);
+    vpmm_span_t *w = malloc((ck->nallocs ? ck->nallocs : 1) * sizeof *w);
+    vpmm_status_t st = VPMM_SUCCESS;
+    size_t n = 0;
+
+    if (is_dead == NULL || w == NULL) {
+        vpmm_i_set_error("out of host memory to reapply a checkpoint");
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (size_t i = 0; i < ndead; i++) {
+        ptrdiff_t k = alloc_index(ck, (uintptr_t)dead[i]);
+        if (k < 0 || is_dead[k]) {
+            vpmm_i_set_error("vpmm_checkpoint_reapply: dead[%zu] = %p is %s", i, dead[i],
+                             k < 0 ? "not an allocation of the checkpoint" : "listed twice");
+            st = VPMM_ERROR_INVALID_ARGUMENT;
+            goto out;
+        }
+        is_dead[k] = 1;
+    }
+    for (size_t i = 0; i < ck->nallocs; i++) {
+        const ck_alloc_t *c = &ck->allocs[i];
+        if (is_dead[i])
+            continue;
+        w[n] = (vpmm_span_t){ c->addr, c->size, c->requested, vpmm_i_stream_get(p, c->stream) };
+        if (w[n].stream == NULL) {
+            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+            goto out;
+        }
+        n++;
+    }
+out:
+    free(is_dead);
+    if (st != VPMM_SUCCESS) {
+        free(w);
+        return st;
+    }
+    *out = w;
+    *nout = n;
+    return VPMM_SUCCESS;
+}
+
+static int mapped(const vpmm_view_t *v)
+{
+    return v->state == VPMM_REGION_ALLOCATED || v->state == VPMM_REGION_FREE;
+}
+
+/* Every wanted allocation lies in one run of mapped regions of one chunk. */
+static vpmm_status_t check_mapped(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_span_t *w, size_t n)
+{
+    vpmm_region_t *r = vpmm_i_arena_first(p, a);
+    vpmm_view_t v;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t lo = w[i].addr, hi = w[i].addr + w[i].size;
+        /* The region containing lo. */
+        while (r != NULL) {
+            vpmm_i_region_view(r, &v);
+            if (v.addr + v.size > lo && v.addr <= lo)
+                break;
+            if (v.addr > lo) {
+                r = NULL;
+                break;
+            }
+            r = vpmm_i_arena_next(p, r);
+        }
+        /* ... and every region up to hi, mapped, without leaving the chunk. */
+        while (r != NULL) {
+            vpmm_i_region_view(r, &v);
+            if (!mapped(&v) || (v.addr + v.size < hi && vpmm_i_region_chunk_last(r))) {
+                r = NULL;
+                break;
+            }
+            if (v.addr + v.size >= hi)
+                break;
+            r = vpmm_i_arena_next(p, r);
+        }
+        if (r == NULL) {
+            vpmm_i_set_error("vpmm_checkpoint_reapply: the checkpoint's allocation at %p (%zu "
+                             "bytes) is no longer mapped in graph pool g%u",
+                             (void *)w[i].addr, w[i].requested, vpmm_i_arena_id(a));
+            return VPMM_ERROR_CHECKPOINT_CONFLICT;
+        }
+    }
+    return VPMM_SUCCESS;
+}
+
+/* ---- reapply: the merge walk --------------------------------------------------------------- */
+
+typedef struct walk {
+    vpmm_pool_t *p;
+    const vpmm_span_t *w; /* wanted allocations */
+    size_t n, k;          /* k: first wanted allocation ending after the walk's position */
+    uintptr_t run_end;    /* end of the current run of mapped regions */
+    vpmm_span_t *scratch; /* room for 2n + 1 spans */
+} walk_t;
+
+/* The end of the run of mapped regions of one chunk that starts at (or contains) r. */
+static uintptr_t run_end_from(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    vpmm_view_t v;
+    for (;;) {
+        vpmm_region_t *next;
+        vpmm_i_region_view(r, &v);
+        if (vpmm_i_region_chunk_last(r))
+            return v.addr + v.size;
+        next = vpmm_i_arena_next(p, r);
+        vpmm_view_t nv;
+        vpmm_i_region_view(next, &nv);
+        if (!mapped(&nv))
+            return v.addr + v.size;
+        r = next;
+    }
+}
+
+/* Whether x is a region boundary of the expected state (inside the current run). */
+static int expected_boundary(const walk_t *wk, uintptr_t x)
+{
+    size_t j = wk->k;
+    if (x == wk->run_end)
+        return 1;
+    while (j < wk->n && wk->w[j].addr + wk->w[j].size < x)
+        j++;
+    return j < wk->n && (wk->w[j].addr == x || wk->w[j].addr + wk->w[j].size == x);
+}
+
+/* Whether the current region v is exactly the expected region starting at v->addr. */
+static int agrees(const walk_t *wk, const vpmm_view_t *v)
+{
+    const vpmm_span_t *e = wk->k < wk->n ? &wk->w[wk->k] : NULL;
+    uintptr_t free_end;
+    if (e != NULL && e->addr == v->addr)
+        return v->state == VPMM_REGION_ALLOCATED && v->size == e->size &&
+               v->requested == e->requested && v->stream == vpmm_i_stream_handle(e->stream);
+    free_end = e != NULL && e->addr < wk->run_end ? e->addr : wk->run_end;
+    return v->state == VPMM_REGION_FREE && v->ready && v->addr + v->size == free_end;
+}
+
+/* The expected regions tiling [lo, hi): wanted allocations, ready free memory between. */
+static size_t expected_spans(const walk_t *wk, uintptr_t lo, uintptr_t hi, vpmm_span_t *out)
+{
+    size_t n = 0;
+    uintptr_t at = lo;
+    for (size_t j = wk->k; j < wk->n && wk->w[j].addr < hi; j++) {
+        if (wk->w[j].addr > at)
+            out[n++] = (vpmm_span_t){ at, wk->w[j].addr - at, 0, NULL };
+        out[n++] = wk->w[j];
+        at = wk->w[j].addr + wk->w[j].size;
+    }
+    if (at < hi)
+        out[n++] = (vpmm_span_t){ at, hi - at, 0, NULL };
+    return n;
+}
+
+static void merge_walk(walk_t *wk, vpmm_arena_t *a)
+{
+    vpmm_pool_t *p = wk->p;
+    vpmm_region_t *r = vpmm_i_arena_first(p, a);
+    int in_run = 0;
+
+    while (r != NULL) {
+        vpmm_region_t *last, *after;
+        vpmm_view_t v, lv;
+        size_t ns;
+
+        vpmm_i_region_view(r, &v);
+        if (!mapped(&v)) {
+            in_run = 0;
+            r = vpmm_i_arena_next(p, r);
+            continue;
+        }
+        if (!in_run) {
+            wk->run_end = run_end_from(p, r);
+            in_run = 1;
+        }
+        while (wk->k < wk->n && wk->w[wk->k].addr + wk->w[wk->k].size <= v.addr)
+            wk->k++;
+        if (agrees(wk, &v)) {
+            in_run = !vpmm_i_region_chunk_last(r);
+            r = vpmm_i_arena_next(p, r);
+            continue;
+        }
+        /* Grow the span until both states have a boundary at its end (the run's end is one). */
+        last = r;
+        lv = v;
+        while (!expected_boundary(wk, lv.addr + lv.size)) {
+            last = vpmm_i_arena_next(p, last);
+            vpmm_i_region_view(last, &lv);
+        }
+        after = vpmm_i_arena_next(p, last);
+        in_run = !vpmm_i_region_chunk_last(last);
+        ns = expected_spans(wk, v.addr, lv.addr + lv.size, wk->scratch);
+        vpmm_i_rewrite(p, r, last, wk->scratch, ns);
+        r = after;
+    }
+}
+
+vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoint_t *ck,
+                                      void *const *dead, size_t ndead)
+{
+    vpmm_span_t *w = NULL;
+    vpmm_arena_t *a;
+    vpmm_pool_t *p;
+    vpmm_status_t st;
+    walk_t wk;
+    size_t n = 0;
+
+    VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_checkpoint_reapply"));
+    if (ck == NULL || (ndead > 0 && dead == NULL)) {
+        vpmm_i_set_error("vpmm_checkpoint_reapply: %s is NULL", ck == NULL ? "checkpoint" : "dead");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (ck->graph_pool != gp->id) {
+        vpmm_i_set_error("vpmm_checkpoint_reapply: the checkpoint is of graph pool g%u, not g%u",
+                         ck->graph_pool, gp->id);
+        return VPMM_ERROR_WRONG_POOL;
+    }
+    p = vpmm_gp_pool(gp);
+    a = vpmm_gp_arena(gp);
+    vpmm_i_lock(p);
+    vpmm_g_collect(p);
+    if (vpmm_i_arena_captures(a) > 0) {
+        vpmm_i_set_error("vpmm_checkpoint_reapply: graph pool g%u is being captured into", gp->id);
+        st = VPMM_ERROR_STREAM_CAPTURING;
+        goto out;
+    }
+    VPMM_CHECK_GOTO(st, wanted_allocs(p, ck, dead, ndead, &w, &n), out);
+    VPMM_CHECK_GOTO(st, check_mapped(p, a, w, n), out);
+    wk = (walk_t){ p, w, n, 0, 0, malloc((2 * n + 1) * sizeof(vpmm_span_t)) };
+    if (wk.scratch == NULL) {
+        vpmm_i_set_error("out of host memory to reapply a checkpoint");
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        goto out;
+    }
+    /* Each rewrite gives its old nodes back before taking at most 2m + 1 new ones (m wanted
+     * allocations in it): 2n + 1 spare nodes cover them all. */
+    st = vpmm_i_rewrite_reserve(p, 2 * n + 1, n);
+    if (st == VPMM_SUCCESS)
+        merge_walk(&wk, a); /* cannot fail from here */
+    free(wk.scratch);
+out:
+    vpmm_i_unlock(p);
+    free(w);
+    return st;
+}

@@ -1,0 +1,345 @@
+/*
+ * capture.c — captures: which graph pool serves which capture, and the public capture calls.
+ *
+ * vpmm_malloc asks the driver whether its stream is being captured (one query, which it makes
+ * anyway). If so, vpmm_g_malloc looks the capture id up here: a capture begun with
+ * vpmm_capture_begin or registered with vpmm_capture_register has a record naming its graph
+ * pool; a capture vpmm has not seen (begun outside vpmm, e.g. by torch.cuda.graph) gets a new
+ * graph pool and a record now. Every stream of a capture reports the same id, so streams joined
+ * into it through events are served by the same graph pool.
+ *
+ * On its first sight of a capture, vpmm retains a user object on the graph being captured: the
+ * graph keeps the graph pool alive (graph_pool.c). The record lives until the capture ends:
+ * vpmm_capture_end says so, and a capture ended outside vpmm is noticed by vpmm_cap_refresh (its
+ * stream no longer reports that id) on the next collect or the next unknown capture id.
+ *
+ * All under the pool lock.
+ */
+#include <stdlib.h>
+
+#include "graph.h"
+
+vpmm_capture_rec_t *vpmm_cap_find(vpmm_graphs_t *g, uint64_t id)
+{
+    for (vpmm_capture_rec_t *r = g->captures; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+int vpmm_cap_uses(const vpmm_graphs_t *g, const vpmm_graph_pool_t *gp)
+{
+    for (const vpmm_capture_rec_t *r = g->captures; r; r = r->next)
+        if (r->gp == gp)
+            return 1;
+    return 0;
+}
+
+/* Unlinks and frees rec; its graph pool learns that one capture into it is over. */
+static void record_end(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_capture_rec_t *rec)
+{
+    vpmm_capture_rec_t **link;
+    vpmm_graph_pool_t *gp = rec->gp;
+    for (link = &g->captures; *link != rec; link = &(*link)->next)
+        ;
+    *link = rec->next;
+    free(rec);
+    vpmm_i_arena_capture_ended(p, gp->arena);
+    vpmm_gp_reap(p, gp);
+}
+
+/*
+ * Starts serving capture `id` (of which stream is a part, graph its graph) from gp, or from a
+ * new graph pool when gp is NULL. All or nothing.
+ */
+static vpmm_status_t record_new(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp,
+                                vpmm_stream_t stream, uint64_t id, vpmm_graph_t graph,
+                                vpmm_capture_rec_t **out)
+{
+    vpmm_capture_rec_t *rec = calloc(1, sizeof *rec);
+    vpmm_status_t st;
+    int fresh = gp == NULL;
+
+    if (rec == NULL) {
+        vpmm_i_set_error("out of host memory for a capture record");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    if (fresh && (st = vpmm_gp_new(p, 0, &gp)) != VPMM_SUCCESS)
+        goto fail;
+    st = vpmm_gp_attach(p, gp, graph);
+    if (st != VPMM_SUCCESS) {
+        if (fresh)
+            vpmm_gp_reap(p, gp); /* or, if a destructor is due, the next collect */
+        goto fail;
+    }
+    rec->id = id;
+    rec->gp = gp;
+    rec->stream = stream;
+    rec->next = g->captures;
+    g->captures = rec;
+    vpmm_i_arena_capture_begun(gp->arena);
+    *out = rec;
+    return VPMM_SUCCESS;
+fail:
+    free(rec);
+    return st;
+}
+
+void vpmm_cap_refresh(vpmm_pool_t *p, vpmm_graphs_t *g)
+{
+    vpmm_driver_t *d = vpmm_i_pool_driver(p);
+    vpmm_capture_rec_t *rec = g->captures, *next;
+    for (; rec; rec = next) {
+        vpmm_capture_status_t cap;
+        uint64_t id;
+        next = rec->next;
+        if (d->capture_info(d, rec->stream, &cap, &id, NULL) != VPMM_DRV_OK)
+            continue; /* not knowing means not over */
+        if (cap == VPMM_CAPTURE_NONE || id != rec->id)
+            record_end(p, g, rec);
+    }
+}
+
+void vpmm_cap_end_all_of(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp)
+{
+    vpmm_capture_rec_t *rec = g->captures, *next;
+    for (; rec; rec = next) {
+        next = rec->next;
+        if (rec->gp == gp)
+            record_end(p, g, rec);
+    }
+}
+
+/* ---- hooks -------------------------------------------------------------------------------- */
+
+/* The record of the capture stream is in (status and id already known), made if new. */
+static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_stream_t stream, uint64_t id,
+                                vpmm_capture_rec_t **out)
+{
+    vpmm_driver_t *d = vpmm_i_pool_driver(p);
+    vpmm_capture_status_t cap;
+    vpmm_graph_t graph;
+    uint64_t id2;
+
+    *out = vpmm_cap_find(g, id);
+    if (*out != NULL)
+        return VPMM_SUCCESS;
+    vpmm_cap_refresh(p, g); /* a new capture: earlier ones may have ended */
+    VPMM_CHECK(vpmm_i_drv_status(p, d->capture_info(d, stream, &cap, &id2, &graph)));
+    if (cap == VPMM_CAPTURE_NONE || id2 != id) {
+        vpmm_i_set_error("stream %p left capture %llu while vpmm looked at it", (void *)stream,
+                         (unsigned long long)id);
+        return VPMM_ERROR_NOT_CAPTURING;
+    }
+    return record_new(p, g, NULL, stream, id, graph, out);
+}
+
+vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_t stream, uint64_t capture_id, size_t size,
+                            void **out_ptr)
+{
+    vpmm_graphs_t *g = vpmm_gp_state(p);
+    vpmm_capture_rec_t *rec;
+    if (g == NULL)
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    VPMM_CHECK(record_for(p, g, stream, capture_id, &rec));
+    return vpmm_i_arena_malloc(p, rec->gp->arena, stream, size, out_ptr);
+}
+
+vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id)
+{
+    vpmm_graphs_t *g = *vpmm_i_pool_graphs(p);
+    vpmm_capture_rec_t *rec = g ? vpmm_cap_find(g, capture_id) : NULL;
+    return rec ? rec->gp->arena : NULL;
+}
+
+void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_t stream)
+{
+    vpmm_graphs_t *g = *vpmm_i_pool_graphs(p);
+    vpmm_capture_rec_t *rec, *next;
+    if (g == NULL)
+        return;
+    for (rec = g->captures; rec; rec = next) {
+        next = rec->next;
+        if (rec->stream == stream)
+            record_end(p, g, rec); /* the stream goes away: never query it again */
+    }
+}
+
+/* ---- public calls ------------------------------------------------------------------------- */
+
+/* The capture stream is in; VPMM_ERROR_NOT_CAPTURING if none. */
+static vpmm_status_t capture_of(vpmm_pool_t *p, vpmm_stream_t stream, const char *fn,
+                                uint64_t *out_id)
+{
+    vpmm_driver_t *d = vpmm_i_pool_driver(p);
+    vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
+    if (!vpmm_i_stream_is_legacy(stream))
+        VPMM_CHECK(vpmm_i_drv_status(p, d->capture_info(d, stream, &cap, out_id, NULL)));
+    if (cap == VPMM_CAPTURE_NONE) {
+        vpmm_i_set_error("%s: stream %p is not being captured", fn, (void *)stream);
+        return VPMM_ERROR_NOT_CAPTURING;
+    }
+    return VPMM_SUCCESS;
+}
+
+/* Ends the capture vpmm just began on stream, discarding its graph (a failed begin). */
+static void abort_capture(vpmm_pool_t *p, vpmm_stream_t stream)
+{
+    vpmm_driver_t *d = vpmm_i_pool_driver(p);
+    vpmm_graph_t graph = NULL;
+    if (d->end_capture(d, stream, &graph) == VPMM_DRV_OK && graph != NULL)
+        (void)d->graph_destroy(d, graph);
+}
+
+vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_stream_t stream,
+                                 vpmm_stream_capture_mode_t mode)
+{
+    vpmm_driver_t *d;
+    vpmm_graphs_t *g;
+    vpmm_capture_rec_t *rec;
+    vpmm_capture_status_t cap;
+    vpmm_graph_t graph;
+    vpmm_status_t st;
+    uint64_t id;
+
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_capture_begin: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (gp != NULL)
+        VPMM_CHECK(vpmm_gp_check(gp, pool, "vpmm_capture_begin"));
+    if (vpmm_i_stream_is_legacy(stream)) {
+        vpmm_i_set_error("vpmm_capture_begin: the legacy default stream cannot be captured");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (mode != VPMM_STREAM_CAPTURE_GLOBAL && mode != VPMM_STREAM_CAPTURE_THREAD_LOCAL &&
+        mode != VPMM_STREAM_CAPTURE_RELAXED) {
+        vpmm_i_set_error("vpmm_capture_begin: unknown capture mode %d", (int)mode);
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    d = vpmm_i_pool_driver(pool);
+    vpmm_i_lock(pool);
+    g = vpmm_gp_state(pool);
+    st = g ? VPMM_SUCCESS : VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    if (st == VPMM_SUCCESS)
+        st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, NULL));
+    if (st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE) {
+        vpmm_i_set_error("vpmm_capture_begin: stream %p is already being captured", (void *)stream);
+        st = VPMM_ERROR_STREAM_CAPTURING;
+    }
+    if (st != VPMM_SUCCESS)
+        goto out;
+    /* Last chance to query events before the capture: memory freed outside captures whose work
+     * is done becomes ready, for this capture to reuse. */
+    vpmm_g_collect(pool);
+    vpmm_i_stream_poll_all(pool, NULL);
+    st = vpmm_i_drv_status(pool, d->begin_capture(d, stream, (vpmm_capture_mode_t)mode));
+    if (st != VPMM_SUCCESS)
+        goto out;
+    st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
+    if (st == VPMM_SUCCESS)
+        st = record_new(pool, g, gp, stream, id, graph, &rec);
+    if (st != VPMM_SUCCESS)
+        abort_capture(pool, stream);
+out:
+    vpmm_i_unlock(pool);
+    return st;
+}
+
+vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_graph_t *out_graph)
+{
+    vpmm_driver_t *d;
+    vpmm_graphs_t *g;
+    vpmm_capture_rec_t *rec;
+    vpmm_status_t st;
+    uint64_t id;
+
+    if (pool == NULL || out_graph == NULL) {
+        vpmm_i_set_error("vpmm_capture_end: %s is NULL", pool == NULL ? "pool" : "out_graph");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out_graph = NULL;
+    d = vpmm_i_pool_driver(pool);
+    vpmm_i_lock(pool);
+    st = capture_of(pool, stream, "vpmm_capture_end", &id);
+    if (st != VPMM_SUCCESS)
+        goto out;
+    /* Ended even when the driver refuses (an invalidated capture): CUDA discards the graph. */
+    st = vpmm_i_drv_status(pool, d->end_capture(d, stream, out_graph));
+    g = *vpmm_i_pool_graphs(pool);
+    rec = g ? vpmm_cap_find(g, id) : NULL;
+    if (rec != NULL)
+        record_end(pool, g, rec);
+    vpmm_g_collect(pool);
+out:
+    vpmm_i_unlock(pool);
+    return st;
+}
+
+vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_stream_t stream)
+{
+    vpmm_driver_t *d;
+    vpmm_graphs_t *g;
+    vpmm_capture_rec_t *rec;
+    vpmm_capture_status_t cap;
+    vpmm_graph_t graph;
+    vpmm_status_t st;
+    uint64_t id;
+
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_capture_register: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    VPMM_CHECK(vpmm_gp_check(gp, pool, "vpmm_capture_register"));
+    d = vpmm_i_pool_driver(pool);
+    vpmm_i_lock(pool);
+    g = vpmm_gp_state(pool);
+    st = g ? capture_of(pool, stream, "vpmm_capture_register", &id) : VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    if (st != VPMM_SUCCESS)
+        goto out;
+    vpmm_cap_refresh(pool, g);
+    rec = vpmm_cap_find(g, id);
+    if (rec != NULL) {
+        if (rec->gp != gp) {
+            vpmm_i_set_error("vpmm_capture_register: capture %llu is already served by graph "
+                             "pool g%u",
+                             (unsigned long long)id, rec->gp->id);
+            st = VPMM_ERROR_WRONG_POOL;
+        }
+        goto out;
+    }
+    st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
+    if (st == VPMM_SUCCESS)
+        st = record_new(pool, g, gp, stream, id, graph, &rec);
+out:
+    vpmm_i_unlock(pool);
+    return st;
+}
+
+vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
+                                      vpmm_graph_pool_t **out)
+{
+    vpmm_graphs_t *g;
+    vpmm_capture_rec_t *rec;
+    vpmm_status_t st;
+    uint64_t id;
+
+    if (pool == NULL || out == NULL) {
+        vpmm_i_set_error("vpmm_capture_graph_pool: %s is NULL",
+                         pool == NULL ? "pool" : "out_graph_pool");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    vpmm_i_lock(pool);
+    g = vpmm_gp_state(pool);
+    st = g ? capture_of(pool, stream, "vpmm_capture_graph_pool", &id)
+           : VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    if (st == VPMM_SUCCESS)
+        st = record_for(pool, g, stream, id, &rec);
+    if (st == VPMM_SUCCESS) {
+        rec->gp->handles++;
+        *out = rec->gp;
+    }
+    vpmm_i_unlock(pool);
+    return st;
+}

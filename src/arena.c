@@ -1,0 +1,376 @@
+/*
+ * arena.c — private arenas: the memory of graph pools (graph/), and the region views and
+ * rewrites checkpoints are built on (checkpoint/).
+ *
+ * A private arena owns its own VA chunks; its regions are indexed in its own trees (pool.h), so
+ * the shared pool never allocates from it. Three paths are specific to it:
+ *
+ *  malloc  (during a capture, vpmm_i_arena_malloc) best fit among the arena's ready regions and
+ *          the stream's own pending ones; else growth into the arena's holes with fresh pages or
+ *          the shared arena's ready pages (policy.c, defrag.c). No cache, no marker, no event
+ *          query, no wait: none is allowed while a stream is being captured.
+ *  free    (vpmm_i_arena_free) a free on a stream that is capturing into the arena is pending
+ *          with seq = VPMM_SEQ_CAPTURE: its stream reuses it within the capture (stream order);
+ *          every stream may once the capture ends (vpmm_i_arena_capture_ended). Any other free
+ *          is stream-ordered exactly as in the shared arena (pending until the stream's marker).
+ *  dissolve (the graph pool is gone, vpmm_i_arena_dissolve) its chunks become shared chunks.
+ *
+ * Its pages never move while it is pinned (graph/ pins it while a graph may use it); unpinned
+ * and with no capture, the shared arena may take its ready pages (policy.c).
+ *
+ * Everything here runs under the pool lock. Invariants I7–I9 (pool.h) are checked in check.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+/* ---- life ---------------------------------------------------------------------------------- */
+
+vpmm_status_t vpmm_i_arena_create(vpmm_pool_t *p, unsigned id, vpmm_arena_t **out)
+{
+    vpmm_arena_t *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        vpmm_i_set_error("out of host memory for a graph pool");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    vpmm_rb_init(&a->holes);
+    vpmm_rb_init(&a->ready);
+    a->priv = 1;
+    a->id = id;
+    a->next = p->privates;
+    p->privates = a;
+    p->private_count++;
+    *out = a;
+    return VPMM_SUCCESS;
+}
+
+/* Regions of chunk c, re-indexed as the shared arena's. */
+static void chunk_to_shared(vpmm_pool_t *p, vpmm_chunk_t *c)
+{
+    vpmm_region_t *r;
+    for (r = c->first; r; r = r->next)
+        vpmm_i_index_del(p, r);
+    c->arena = &p->shared;
+    for (r = c->first; r; r = r->next) {
+        if (r->state == VPMM_REGION_FREE && !r->ready && r->seq == VPMM_SEQ_CAPTURE) {
+            /* Its capture is over (the graph is gone): nothing uses it any more. */
+            r->ready = 1;
+            r->stream = NULL;
+            r->seq = 0;
+        }
+        vpmm_i_index_add(p, r);
+    }
+    /* Newly ready regions may now touch ready neighbours. */
+    for (r = c->first; r; r = r->next)
+        if (r->state == VPMM_REGION_FREE)
+            r = vpmm_i_region_coalesce(p, r);
+}
+
+void vpmm_i_arena_dissolve(vpmm_pool_t *p, vpmm_arena_t *a)
+{
+    vpmm_arena_t **link;
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
+        if (c->arena == a) {
+            chunk_to_shared(p, c);
+            p->shared.chunks++;
+        }
+    }
+    for (link = &p->privates; *link != a; link = &(*link)->next)
+        ;
+    *link = a->next;
+    p->private_count--;
+    free(a->side);
+    free(a);
+}
+
+unsigned vpmm_i_arena_id(const vpmm_arena_t *a)
+{
+    return a->id;
+}
+
+void vpmm_i_arena_set_pinned(vpmm_arena_t *a, int pinned)
+{
+    a->pinned = pinned;
+}
+
+unsigned vpmm_i_arena_captures(const vpmm_arena_t *a)
+{
+    return a->captures;
+}
+
+/* ---- per-stream side trees ---------------------------------------------------------------- */
+
+vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s)
+{
+    for (size_t i = 0; i < a->nside; i++)
+        if (a->side[i].stream == s)
+            return &a->side[i];
+    return NULL;
+}
+
+vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s)
+{
+    if (vpmm_i_side_find(a, s) != NULL)
+        return VPMM_SUCCESS;
+    if (a->nside == a->side_cap) {
+        size_t cap = a->side_cap ? a->side_cap * 2 : 4;
+        vpmm_side_t *side = realloc(a->side, cap * sizeof *side);
+        if (side == NULL) {
+            vpmm_i_set_error("out of host memory for a graph pool's stream table");
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        }
+        /* Trees hold no pointer to themselves: moving them is safe. */
+        a->side = side;
+        a->side_cap = cap;
+    }
+    /* Entries stay until the arena dies: a region of s may need this one at any later free. A
+     * stream record freed and reallocated at the same address takes its entry over, correctly. */
+    a->side[a->nside].stream = s;
+    vpmm_rb_init(&a->side[a->nside].tree);
+    a->nside++;
+    return VPMM_SUCCESS;
+}
+
+/* ---- coalescing, capture end --------------------------------------------------------------- */
+
+void vpmm_i_arena_coalesce_all(vpmm_pool_t *p, vpmm_arena_t *a)
+{
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next)
+        if (c->arena == a)
+            for (vpmm_region_t *r = c->first; r; r = r->next)
+                if (r->state == VPMM_REGION_FREE)
+                    r = vpmm_i_region_coalesce(p, r);
+}
+
+void vpmm_i_arena_capture_begun(vpmm_arena_t *a)
+{
+    a->captures++;
+}
+
+void vpmm_i_arena_capture_ended(vpmm_pool_t *p, vpmm_arena_t *a)
+{
+    a->captures--;
+    if (a->captures > 0 || a->capture_pending == 0)
+        return;
+    /* Every region freed during the captures becomes ready; the tree walk takes each node's
+     * successor before moving the node to the ready tree. Coalescing waits for the end. */
+    for (size_t i = 0; i < a->nside; i++) {
+        vpmm_rb_node_t *n = vpmm_rb_first(&a->side[i].tree);
+        while (n != NULL) {
+            vpmm_region_t *r = VPMM_CONTAINER_OF(n, vpmm_region_t, node);
+            n = vpmm_rb_next(n);
+            if (r->seq != VPMM_SEQ_CAPTURE)
+                continue;
+            vpmm_i_index_del(p, r);
+            r->ready = 1;
+            r->stream = NULL;
+            r->seq = 0;
+            vpmm_i_index_add(p, r);
+        }
+    }
+    vpmm_i_arena_coalesce_all(p, a);
+}
+
+/* ---- malloc and free ------------------------------------------------------------------------ */
+
+vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t stream,
+                                  size_t size, void **out_ptr)
+{
+    const size_t rsize = vpmm_round_up_checked(size, VPMM_ALIGNMENT); /* checked by vpmm_malloc */
+    vpmm_strm_t *s = vpmm_i_stream_get(p, stream);
+    vpmm_region_t *r;
+    vpmm_status_t st;
+
+    if (s == NULL)
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    /* Host room first: once memory is taken nothing may fail. The side entry is needed by this
+     * allocation's free, which must not fail either. */
+    VPMM_CHECK(vpmm_i_side_reserve(a, s));
+    VPMM_CHECK(vpmm_i_region_reserve(p, 4));
+    if (vpmm_hmap_reserve(&p->allocs, 1) != 0) {
+        vpmm_i_set_error("vpmm_malloc: out of host memory for bookkeeping");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    r = vpmm_i_fit_private(p, a, s, rsize);
+    if (r == NULL) {
+        vpmm_plan_t plan;
+        memset(&plan, 0, sizeof plan);
+        VPMM_CHECK(vpmm_i_plan_make_private(p, a, s, rsize, &plan));
+        st = vpmm_i_defrag(p, s, &plan, &r);
+        vpmm_i_plan_fini(&plan);
+        if (st != VPMM_SUCCESS) {
+            if (st == VPMM_ERROR_OUT_OF_MEMORY) {
+                p->c.ooms++;
+                a->c.ooms++;
+                vpmm_i_explain_oom(p, size);
+            }
+            return st;
+        }
+    }
+    r = vpmm_i_allocate_from(p, r, s, rsize, size);
+    p->c.mallocs++;
+    a->c.mallocs++;
+    vpmm_i_note_peaks(p);
+    vpmm_i_arena_note_peaks(a);
+    *out_ptr = (void *)r->addr;
+    return VPMM_SUCCESS;
+}
+
+/* Whether s is being captured into a right now (a driver query; never fails a free). */
+static int capturing_into(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_strm_t *s)
+{
+    vpmm_capture_status_t cap;
+    uint64_t id;
+    if (vpmm_i_stream_is_legacy(s->handle) || a->captures == 0)
+        return 0;
+    if (p->drv->capture_info(p->drv, s->handle, &cap, &id, NULL) != VPMM_DRV_OK)
+        return 0; /* then the marker rule applies: later, never earlier */
+    return cap != VPMM_CAPTURE_NONE && vpmm_g_capture_arena(p, id) == a;
+}
+
+void vpmm_i_arena_free(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    vpmm_arena_t *a = vpmm_i_arena_of(r);
+    vpmm_strm_t *s = r->stream;
+
+    vpmm_i_region_set_free(p, r, s);
+    if (capturing_into(p, a, s)) {
+        r->ready = 0;
+        r->stream = s;
+        r->seq = VPMM_SEQ_CAPTURE;
+    }
+    vpmm_i_index_add(p, r);
+    vpmm_i_region_coalesce(p, r);
+    a->c.frees++;
+}
+
+/* ---- stats ----------------------------------------------------------------------------------- */
+
+void vpmm_i_arena_stats(const vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_graph_pool_stats_t *out)
+{
+    const vpmm_counters_t *c = &a->c;
+    (void)p;
+    *out = (vpmm_graph_pool_stats_t){
+        .id = a->id,
+        .live_bytes = c->live_bytes,
+        .allocated_bytes = c->allocated_bytes,
+        .peak_live_bytes = c->peak_live_bytes,
+        .mapped_bytes = c->allocated_bytes + c->free_bytes,
+        .peak_mapped_bytes = c->peak_mapped_bytes,
+        .free_bytes = c->free_bytes,
+        .hole_bytes = c->hole_bytes,
+        .zombie_bytes = c->zombie_bytes,
+        .reserved_va_bytes = c->reserved_va_bytes,
+        .live_allocs = c->live_allocs,
+        .mallocs = c->mallocs,
+        .frees = c->frees,
+        .grows = c->grows,
+        .pages_created = c->pages_created,
+        .pages_taken = c->pages_remapped,
+        .captures = a->captures,
+        .pinned = a->pinned,
+    };
+}
+
+void vpmm_i_arena_reset_peaks(vpmm_arena_t *a)
+{
+    a->c.peak_live_bytes = a->c.live_bytes;
+    a->c.peak_mapped_bytes = a->c.allocated_bytes + a->c.free_bytes;
+}
+
+/* ---- views and rewrites ------------------------------------------------------------------------
+ */
+
+static vpmm_region_t *first_of_chunks_from(const vpmm_chunk_t *c, const vpmm_arena_t *a)
+{
+    for (; c; c = c->next)
+        if (c->arena == a)
+            return c->first;
+    return NULL;
+}
+
+vpmm_region_t *vpmm_i_arena_first(const vpmm_pool_t *p, const vpmm_arena_t *a)
+{
+    return first_of_chunks_from(p->chunks, a);
+}
+
+vpmm_region_t *vpmm_i_arena_next(const vpmm_pool_t *p, const vpmm_region_t *r)
+{
+    (void)p;
+    if (r->next)
+        return r->next;
+    return first_of_chunks_from(r->chunk->next, r->chunk->arena);
+}
+
+int vpmm_i_region_chunk_last(const vpmm_region_t *r)
+{
+    return r->next == NULL;
+}
+
+void vpmm_i_region_view(const vpmm_region_t *r, vpmm_view_t *out)
+{
+    out->addr = r->addr;
+    out->size = r->size;
+    out->state = r->state;
+    out->ready = r->state == VPMM_REGION_FREE && r->ready;
+    out->requested = r->state == VPMM_REGION_ALLOCATED ? r->requested : 0;
+    out->stream = r->state == VPMM_REGION_ALLOCATED ? r->stream->handle : NULL;
+}
+
+vpmm_status_t vpmm_i_rewrite_reserve(vpmm_pool_t *p, size_t nregions, size_t nallocs)
+{
+    VPMM_CHECK(vpmm_i_region_reserve(p, nregions));
+    if (vpmm_hmap_reserve(&p->allocs, nallocs) != 0) {
+        vpmm_i_set_error("out of host memory for the allocation table");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    return VPMM_SUCCESS;
+}
+
+/*
+ * Before:   prev [first ... last] after       (regions of one chunk)
+ * After:    prev [span0 ... spanN] after      (same addresses, new states)
+ */
+void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
+                    const vpmm_span_t *spans, size_t n)
+{
+    vpmm_chunk_t *chunk = first->chunk;
+    vpmm_region_t *prev = first->prev, *after = last->next, *r = first;
+
+    for (;;) {
+        vpmm_region_t *next = r->next;
+        int done = r == last;
+        vpmm_i_index_del(p, r);
+        vpmm_i_region_give(p, r);
+        if (done)
+            break;
+        r = next;
+    }
+    for (size_t i = 0; i < n; i++) {
+        r = vpmm_i_region_take(p);
+        memset(r, 0, sizeof *r);
+        r->addr = spans[i].addr;
+        r->size = spans[i].size;
+        r->chunk = chunk;
+        r->prev = prev;
+        if (prev)
+            prev->next = r;
+        else
+            chunk->first = r;
+        if (spans[i].requested > 0) {
+            r->state = VPMM_REGION_ALLOCATED;
+            r->stream = spans[i].stream;
+            r->requested = spans[i].requested;
+        } else {
+            r->state = VPMM_REGION_FREE;
+            r->ready = 1;
+            r->age = ++p->clock;
+        }
+        vpmm_i_index_add(p, r);
+        prev = r;
+    }
+    prev->next = after;
+    if (after)
+        after->prev = prev;
+}

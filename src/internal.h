@@ -1,0 +1,132 @@
+/*
+ * internal.h — the narrow interface between the core pool (src/) and the layers built on it:
+ * graph/ (graph pools, captures) and checkpoint/ (checkpoint take and reapply).
+ *
+ * Those layers never see the core's structs: arenas, streams and regions are opaque here, and
+ * everything they do to the pool goes through the functions below, each under the pool lock
+ * (vpmm_i_lock) unless it says otherwise. In the other direction the core calls graph/ through
+ * the four vpmm_g_* hooks at the end, so that a capture is routed, a destroyed graph's pool is
+ * returned, and a pool with graph pools is not torn down.
+ *
+ *   core (src/)  --arena, view, rewrite-->  graph/, checkpoint/
+ *                <------- vpmm_g_* --------
+ */
+#ifndef VPMM_INTERNAL_H
+#define VPMM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "driver.h"
+#include "status.h"
+#include "util.h"
+#include "vpmm.h"
+
+typedef struct vpmm_arena vpmm_arena_t;   /* a pool of memory: shared, or a graph pool's */
+typedef struct vpmm_strm vpmm_strm_t;     /* a tracked stream */
+typedef struct vpmm_region vpmm_region_t; /* a region of a VA chunk */
+
+/* ---- the pool ---------------------------------------------------------------------------- */
+
+void vpmm_i_lock(const vpmm_pool_t *p);
+void vpmm_i_unlock(const vpmm_pool_t *p);
+vpmm_driver_t *vpmm_i_pool_driver(const vpmm_pool_t *p);
+/* Turns a driver result into a status, remembering the raw error and explaining it. */
+vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r);
+/* graph/'s per-pool state (NULL until graph/ first stores one; freed by vpmm_g_fini). */
+struct vpmm_graphs **vpmm_i_pool_graphs(vpmm_pool_t *p);
+/* The tracked stream for handle, created on first sight; NULL if the host is out of memory. */
+vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle);
+vpmm_stream_t vpmm_i_stream_handle(const vpmm_strm_t *s);
+/* The legacy default stream (NULL, or CU_STREAM_LEGACY = 0x1): never captured, driver.h rule 6. */
+static inline int vpmm_i_stream_is_legacy(vpmm_stream_t s)
+{
+    return (uintptr_t)s <= 1;
+}
+/* Records a marker on every live stream other than `except` that has unmarked frees (streams
+ * being captured are skipped), then polls every stream (retired ones too) except `except`:
+ * pending memory whose work is done becomes ready. NULL polls them all. */
+void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except);
+/* Waits until the device is idle (pool destruction with graphs just destroyed). */
+vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p);
+
+/* ---- private arenas ---------------------------------------------------------------------- */
+
+/* A new, empty private arena with the given id (it reserves VA on its first growth). */
+vpmm_status_t vpmm_i_arena_create(vpmm_pool_t *p, unsigned id, vpmm_arena_t **out);
+/* Gives every chunk of a to the shared arena (allocations stay live, free pages become the
+ * shared pool's, a pending capture's frees become ready) and frees a. No driver call. */
+void vpmm_i_arena_dissolve(vpmm_pool_t *p, vpmm_arena_t *a);
+unsigned vpmm_i_arena_id(const vpmm_arena_t *a);
+/* Pinned: a live graph may use a's addresses, so the shared pool never takes its pages. */
+void vpmm_i_arena_set_pinned(vpmm_arena_t *a, int pinned);
+/* A capture into a begins / ends. When the last one ends, frees made during captures (usable by
+ * their own stream only until then) become ready for every later capture. */
+void vpmm_i_arena_capture_begun(vpmm_arena_t *a);
+void vpmm_i_arena_capture_ended(vpmm_pool_t *p, vpmm_arena_t *a);
+unsigned vpmm_i_arena_captures(const vpmm_arena_t *a);
+/* Allocates from a for stream (a capture's allocation): a's own free memory first, else growth
+ * with fresh pages or the shared pool's ready pages. No event query, no host synchronisation. */
+vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t stream,
+                                  size_t size, void **out_ptr);
+/* a's statistics (graphs, captures and pinned are graph/'s to fill). */
+void vpmm_i_arena_stats(const vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_graph_pool_stats_t *out);
+void vpmm_i_arena_reset_peaks(vpmm_arena_t *a);
+
+/* ---- region views and rewrites (checkpoint/) --------------------------------------------- */
+
+/* What checkpoint/ may know about a region. */
+typedef struct vpmm_view {
+    uintptr_t addr;
+    size_t size;
+    vpmm_region_state_t state;
+    int ready;            /* FREE: not pending on a stream */
+    size_t requested;     /* ALLOCATED: the caller's size */
+    vpmm_stream_t stream; /* ALLOCATED: its stream */
+} vpmm_view_t;
+
+/* a's regions in address order, chunk after chunk: first, then next until NULL. */
+vpmm_region_t *vpmm_i_arena_first(const vpmm_pool_t *p, const vpmm_arena_t *a);
+vpmm_region_t *vpmm_i_arena_next(const vpmm_pool_t *p, const vpmm_region_t *r);
+void vpmm_i_region_view(const vpmm_region_t *r, vpmm_view_t *out);
+/* Whether r is the last region of its chunk (a rewrite never crosses one). */
+int vpmm_i_region_chunk_last(const vpmm_region_t *r);
+
+/* One region of a rewrite: ALLOCATED by stream when requested > 0, else ready FREE. */
+typedef struct vpmm_span {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;
+    vpmm_strm_t *stream;
+} vpmm_span_t;
+
+/* Makes room so that rewrites creating up to nregions regions, nallocs of them allocations,
+ * cannot fail. */
+vpmm_status_t vpmm_i_rewrite_reserve(vpmm_pool_t *p, size_t nregions, size_t nallocs);
+/*
+ * Replaces the consecutive regions first..last (ALLOCATED or FREE, one chunk) by spans, which
+ * must tile exactly the same addresses and respect the invariants (no two adjacent ready FREE
+ * spans, nor one next to a ready FREE neighbour). Live allocations replaced are dropped (their
+ * pointers become invalid). Cannot fail after vpmm_i_rewrite_reserve.
+ */
+void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
+                    const vpmm_span_t *spans, size_t n);
+
+/* ---- hooks: the core calls graph/ -------------------------------------------------------- */
+
+/* vpmm_malloc on a stream that is being captured (capture_id): serve it from the capture's
+ * graph pool. Under the pool lock. */
+vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_t stream, uint64_t capture_id, size_t size,
+                            void **out_ptr);
+/* The arena capture_id allocates from, or NULL (a free during a capture asks). */
+vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id);
+/* Returns the pages of graph pools whose last graph and handle are gone, and notices captures
+ * that ended outside vpmm. Cheap when nothing happened. Under the pool lock. */
+void vpmm_g_collect(vpmm_pool_t *p);
+/* Pool destruction: VPMM_SUCCESS when no graph pool is left (graph/'s state freed), else
+ * VPMM_ERROR_POOL_BUSY with the reason set. Under the pool lock. */
+vpmm_status_t vpmm_g_fini(vpmm_pool_t *p);
+/* vpmm_stream_release: captures seen on stream are over (the stream is going away). */
+void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_t stream);
+
+#endif /* VPMM_INTERNAL_H */
