@@ -182,12 +182,28 @@ static vpmm_status_t capture_of(vpmm_pool_t *p, vpmm_stream_t stream, const char
     return VPMM_SUCCESS;
 }
 
-/* Ends the capture vpmm just began on stream, discarding its graph (a failed begin). */
+/* Whether capture id is over on stream (after a failed end: an invalidated capture ends anyway,
+ * a refused one goes on). Not knowing means not over. */
+static int capture_over(vpmm_pool_t *p, vpmm_stream_t stream, uint64_t id)
+{
+    vpmm_driver_t *d = vpmm_i_pool_driver(p);
+    vpmm_capture_status_t cap;
+    uint64_t now;
+    if (d->capture_info(d, stream, &cap, &now, NULL) != VPMM_DRV_OK)
+        return 0;
+    return cap == VPMM_CAPTURE_NONE || now != id;
+}
+
+/* Ends the capture vpmm just began on stream and destroys its graph (a failed begin); each call
+ * gets a second try, so that one transient failure leaves no capture and no graph behind. */
 static void abort_capture(vpmm_pool_t *p, vpmm_stream_t stream)
 {
     vpmm_driver_t *d = vpmm_i_pool_driver(p);
     vpmm_graph_t graph = NULL;
-    if (d->end_capture(d, stream, &graph) == VPMM_DRV_OK && graph != NULL)
+    if (d->end_capture(d, stream, &graph) != VPMM_DRV_OK &&
+        d->end_capture(d, stream, &graph) != VPMM_DRV_OK)
+        return;
+    if (graph != NULL && d->graph_destroy(d, graph) != VPMM_DRV_OK)
         (void)d->graph_destroy(d, graph);
 }
 
@@ -264,12 +280,11 @@ vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_gra
     st = capture_of(pool, stream, "vpmm_capture_end", &id);
     if (st != VPMM_SUCCESS)
         goto out;
-    /* Ended even when the driver refuses (an invalidated capture): CUDA discards the graph. */
     st = vpmm_i_drv_status(pool, d->end_capture(d, stream, out_graph));
     g = *vpmm_i_pool_graphs(pool);
     rec = g ? vpmm_cap_find(g, id) : NULL;
-    if (rec != NULL)
-        record_end(pool, g, rec);
+    if (rec != NULL && (st == VPMM_SUCCESS || capture_over(pool, stream, id)))
+        record_end(pool, g, rec); /* a refused end of an invalidated capture ends it too */
     vpmm_g_collect(pool);
 out:
     vpmm_i_unlock(pool);

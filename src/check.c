@@ -218,6 +218,9 @@ static void check_chunks(const vpmm_pool_t *p, sums_t *s, arena_sums_t *as, size
         const vpmm_region_t *prev = NULL;
         arena_sums_t *a = sums_of(as, nas, c->arena);
         *va += c->size;
+        if (c->next && c->next->base < c->base + c->size)
+            fail(k, "I1: chunk %u is not below the next chunk (the list is in address order)",
+                 c->index);
         if (a == NULL) {
             fail(k, "I9: chunk %u belongs to an arena the pool does not list", c->index);
             continue;

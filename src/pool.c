@@ -192,7 +192,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     VPMM_CHECK_GOTO(st, vpmm_i_options_finish(&p->opt, gran), fail_pool);
     p->page_size = p->opt.page_size;
     vpmm_i_cache_limit_update(p);
-    VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &p->shared, &c), fail_pool);
+    VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &p->shared, 0, &c), fail_pool);
     if (p->opt.prealloc_pages > 0)
         VPMM_CHECK_GOTO(st, preallocate(p, p->opt.prealloc_pages), fail_teardown);
     *out = p;

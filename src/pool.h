@@ -26,7 +26,8 @@
  * only when it is idle.
  *
  * Invariants (checked by vpmm_pool_check, check.c, after every mutation in the tests):
- *  I1  Tiling: per chunk, regions are address-sorted, contiguous and cover [base, base+size).
+ *  I1  Tiling: per chunk, regions are address-sorted, contiguous and cover [base, base+size);
+ *      the chunk list is in address order.
  *  I2  HOLE and ZOMBIE regions start and end on page boundaries (so a page is never split between
  *      mapped and unmapped VA; ALLOCATED and FREE regions may share pages with each other).
  *  I3  Mapping: every page overlapping an ALLOCATED or FREE region has a live mapping
@@ -357,8 +358,10 @@ static inline vpmm_phys_t *vpmm_i_phys_at(const vpmm_pool_t *p, uintptr_t va)
 
 /* ---- VA chunks (va.c) ---------------------------------------------------------------------- */
 
-/* Reserves a new chunk of opt.va_size for arena a; it becomes one HOLE region. */
-vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_chunk_t **out);
+/* Reserves a new chunk for arena a (opt.va_size; a graph pool's is smaller, but at least
+ * min_bytes); it becomes one HOLE region. */
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes,
+                               vpmm_chunk_t **out);
 /* Gives back one chunk that is a single whole HOLE; if the driver refuses, the chunk stays (empty,
  * accounted, reusable) and the failure is recorded. */
 vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c);

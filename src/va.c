@@ -13,8 +13,27 @@
 
 #include "pool.h"
 
-vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_chunk_t **out)
+/*
+ * A graph pool's chunk is smaller than the shared pool's: a process may hold hundreds of graph
+ * pools (one per captured graph is common), and 8 TiB each would exhaust the 47-bit address
+ * space. One larger than this is reserved only for a request that needs it.
+ */
+#define PRIVATE_CHUNK_BYTES ((size_t)64 << 30)
+
+static size_t chunk_size_for(const vpmm_pool_t *p, const vpmm_arena_t *a, size_t min_bytes)
 {
+    size_t size = p->opt.va_size;
+    if (a->priv) {
+        size = VPMM_MIN(size, PRIVATE_CHUNK_BYTES);
+        size = VPMM_MAX(size, vpmm_align_up(min_bytes, p->page_size));
+    }
+    return size;
+}
+
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes,
+                               vpmm_chunk_t **out)
+{
+    const size_t size = chunk_size_for(p, a, min_bytes);
     vpmm_chunk_t *c, **tail;
     vpmm_region_t *r;
     uintptr_t base;
@@ -26,13 +45,13 @@ vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_chunk_t **o
         vpmm_i_set_error("out of host memory for a VA chunk");
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
-    st = vpmm_i_drv_status(p, p->drv->va_reserve(p->drv, p->opt.va_size, p->page_size, &base));
+    st = vpmm_i_drv_status(p, p->drv->va_reserve(p->drv, size, p->page_size, &base));
     if (st != VPMM_SUCCESS) {
         free(c);
         return st;
     }
     c->base = base;
-    c->size = p->opt.va_size;
+    c->size = size;
     c->index = p->next_chunk_index++;
     c->arena = a;
     r = vpmm_i_region_take(p);
