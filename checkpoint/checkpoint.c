@@ -50,6 +50,27 @@ struct vpmm_checkpoint {
 
 /* ---- take ---------------------------------------------------------------------------------- */
 
+/* The arena's regions as views, in one pass (one retry if it has grown past the guess). */
+static vpmm_status_t views_of(vpmm_pool_t *p, vpmm_arena_t *a, size_t guess, vpmm_view_t **out,
+                              size_t *n)
+{
+    size_t cap = guess ? guess : 64;
+    for (;;) {
+        vpmm_view_t *v = malloc(cap * sizeof *v);
+        if (v == NULL) {
+            vpmm_i_set_error("out of host memory for a checkpoint");
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        }
+        *n = vpmm_i_arena_views(p, a, v, cap);
+        if (*n <= cap) {
+            *out = v;
+            return VPMM_SUCCESS;
+        }
+        free(v);
+        cap = *n;
+    }
+}
+
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
     void *a;
@@ -65,6 +86,7 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
+/* One walk over the arena's regions, straight into the checkpoint's arrays. */
 static vpmm_status_t snapshot(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_checkpoint_t *ck)
 {
     size_t acap = 0, fcap = 0;
@@ -238,39 +260,30 @@ static int mapped(const vpmm_view_t *v)
     return v->state == VPMM_REGION_ALLOCATED || v->state == VPMM_REGION_FREE;
 }
 
-/* Every wanted allocation lies in one run of mapped regions of one chunk. */
-static vpmm_status_t check_mapped(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_span_t *w, size_t n)
+/* Every wanted allocation lies in one run of mapped regions of one chunk (both lists are in
+ * address order: one merge pass). */
+static vpmm_status_t check_mapped(const vpmm_view_t *v, size_t nv, const vpmm_span_t *w, size_t n,
+                                  unsigned graph_pool)
 {
-    vpmm_region_t *r = vpmm_i_arena_first(p, a);
-    vpmm_view_t v;
+    size_t r = 0;
     for (size_t i = 0; i < n; i++) {
-        uintptr_t lo = w[i].addr, hi = w[i].addr + w[i].size;
-        /* The region containing lo. */
-        while (r != NULL) {
-            vpmm_i_region_view(r, &v);
-            if (v.addr + v.size > lo && v.addr <= lo)
-                break;
-            if (v.addr > lo) {
-                r = NULL;
-                break;
-            }
-            r = vpmm_i_arena_next(p, r);
-        }
-        /* ... and every region up to hi, mapped, without leaving the chunk. */
-        while (r != NULL) {
-            vpmm_i_region_view(r, &v);
-            if (!mapped(&v) || (v.addr + v.size < hi && vpmm_i_region_chunk_last(r))) {
-                r = NULL;
+        const uintptr_t lo = w[i].addr, hi = w[i].addr + w[i].size;
+        int ok = 0;
+        while (r < nv && v[r].addr + v[r].size <= lo) /* to the region containing lo */
+            r++;
+        /* From there, mapped regions of one chunk up to hi. */
+        for (size_t q = r; q < nv && v[r].addr <= lo && mapped(&v[q]); q++) {
+            if (v[q].addr + v[q].size >= hi) {
+                ok = 1;
                 break;
             }
-            if (v.addr + v.size >= hi)
+            if (v[q].chunk_last)
                 break;
-            r = vpmm_i_arena_next(p, r);
         }
-        if (r == NULL) {
+        if (!ok) {
             vpmm_i_set_error("vpmm_checkpoint_reapply: the checkpoint's allocation at %p (%zu "
                              "bytes) is no longer mapped in graph pool g%u",
-                             (void *)w[i].addr, w[i].requested, vpmm_i_arena_id(a));
+                             (void *)w[i].addr, w[i].requested, graph_pool);
             return VPMM_ERROR_CHECKPOINT_CONFLICT;
         }
     }
@@ -287,33 +300,23 @@ typedef struct walk {
     vpmm_span_t *scratch; /* room for 2n + 1 spans */
 } walk_t;
 
-/* The end of the run of mapped regions of one chunk that starts at (or contains) r. */
-static uintptr_t run_end_from(vpmm_pool_t *p, vpmm_region_t *r)
+/* The end of the run of mapped regions of one chunk that starts at v[i]. */
+static uintptr_t run_end_from(const vpmm_view_t *v, size_t nv, size_t i)
 {
-    vpmm_view_t v;
-    for (;;) {
-        vpmm_region_t *next;
-        vpmm_i_region_view(r, &v);
-        if (vpmm_i_region_chunk_last(r))
-            return v.addr + v.size;
-        next = vpmm_i_arena_next(p, r);
-        vpmm_view_t nv;
-        vpmm_i_region_view(next, &nv);
-        if (!mapped(&nv))
-            return v.addr + v.size;
-        r = next;
-    }
+    while (!v[i].chunk_last && i + 1 < nv && mapped(&v[i + 1]))
+        i++;
+    return v[i].addr + v[i].size;
 }
 
-/* Whether x is a region boundary of the expected state (inside the current run). */
-static int expected_boundary(const walk_t *wk, uintptr_t x)
+/* Whether x is a region boundary of the expected state (inside the current run); *j is a
+ * cursor over the wanted allocations that only moves forward while x grows. */
+static int expected_boundary(const walk_t *wk, size_t *j, uintptr_t x)
 {
-    size_t j = wk->k;
     if (x == wk->run_end)
         return 1;
-    while (j < wk->n && wk->w[j].addr + wk->w[j].size < x)
-        j++;
-    return j < wk->n && (wk->w[j].addr == x || wk->w[j].addr + wk->w[j].size == x);
+    while (*j < wk->n && wk->w[*j].addr + wk->w[*j].size < x)
+        (*j)++;
+    return *j < wk->n && (wk->w[*j].addr == x || wk->w[*j].addr + wk->w[*j].size == x);
 }
 
 /* Whether the current region v is exactly the expected region starting at v->addr. */
@@ -344,46 +347,44 @@ static size_t expected_spans(const walk_t *wk, uintptr_t lo, uintptr_t hi, vpmm_
     return n;
 }
 
-static void merge_walk(walk_t *wk, vpmm_arena_t *a)
+/* Rewrites every span where the current regions v[] differ from the expected ones. The views of
+ * regions after a rewritten span stay valid: a rewrite touches only its own regions. */
+static void merge_walk(walk_t *wk, const vpmm_view_t *v, size_t nv)
 {
-    vpmm_pool_t *p = wk->p;
-    vpmm_region_t *r = vpmm_i_arena_first(p, a);
     int in_run = 0;
+    size_t i = 0;
 
-    while (r != NULL) {
-        vpmm_region_t *last, *after;
-        vpmm_view_t v, lv;
-        size_t ns;
-
-        vpmm_i_region_view(r, &v);
-        if (!mapped(&v)) {
+    while (i < nv) {
+        size_t last, j;
+        uintptr_t end;
+        if (!mapped(&v[i])) {
             in_run = 0;
-            r = vpmm_i_arena_next(p, r);
+            i++;
             continue;
         }
         if (!in_run) {
-            wk->run_end = run_end_from(p, r);
+            wk->run_end = run_end_from(v, nv, i);
             in_run = 1;
         }
-        while (wk->k < wk->n && wk->w[wk->k].addr + wk->w[wk->k].size <= v.addr)
+        while (wk->k < wk->n && wk->w[wk->k].addr + wk->w[wk->k].size <= v[i].addr)
             wk->k++;
-        if (agrees(wk, &v)) {
-            in_run = !vpmm_i_region_chunk_last(r);
-            r = vpmm_i_arena_next(p, r);
+        if (agrees(wk, &v[i])) {
+            in_run = !v[i].chunk_last;
+            i++;
             continue;
         }
         /* Grow the span until both states have a boundary at its end (the run's end is one). */
-        last = r;
-        lv = v;
-        while (!expected_boundary(wk, lv.addr + lv.size)) {
-            last = vpmm_i_arena_next(p, last);
-            vpmm_i_region_view(last, &lv);
+        last = i;
+        j = wk->k;
+        end = v[i].addr + v[i].size;
+        while (!expected_boundary(wk, &j, end)) {
+            last++;
+            end = v[last].addr + v[last].size;
         }
-        after = vpmm_i_arena_next(p, last);
-        in_run = !vpmm_i_region_chunk_last(last);
-        ns = expected_spans(wk, v.addr, lv.addr + lv.size, wk->scratch);
-        vpmm_i_rewrite(p, r, last, wk->scratch, ns);
-        r = after;
+        vpmm_i_rewrite(wk->p, v[i].region, v[last].region, wk->scratch,
+                       expected_spans(wk, v[i].addr, end, wk->scratch));
+        in_run = !v[last].chunk_last;
+        i = last + 1;
     }
 }
 
@@ -391,11 +392,12 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
                                       void *const *dead, size_t ndead)
 {
     vpmm_span_t *w = NULL;
+    vpmm_view_t *v = NULL;
     vpmm_arena_t *a;
     vpmm_pool_t *p;
     vpmm_status_t st;
     walk_t wk;
-    size_t n = 0;
+    size_t n = 0, nv = 0;
 
     VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_checkpoint_reapply"));
     if (ck == NULL || (ndead > 0 && dead == NULL)) {
@@ -417,7 +419,8 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
         goto out;
     }
     VPMM_CHECK_GOTO(st, wanted_allocs(p, ck, dead, ndead, &w, &n), out);
-    VPMM_CHECK_GOTO(st, check_mapped(p, a, w, n), out);
+    VPMM_CHECK_GOTO(st, views_of(p, a, ck->nallocs + ck->nfrees + 16, &v, &nv), out);
+    VPMM_CHECK_GOTO(st, check_mapped(v, nv, w, n, gp->id), out);
     wk = (walk_t){ p, w, n, 0, 0, malloc((2 * n + 1) * sizeof(vpmm_span_t)) };
     if (wk.scratch == NULL) {
         vpmm_i_set_error("out of host memory to reapply a checkpoint");
@@ -426,12 +429,13 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
     }
     /* Each rewrite gives its old nodes back before taking at most 2m + 1 new ones (m wanted
      * allocations in it): 2n + 1 spare nodes cover them all. */
-    st = vpmm_i_rewrite_reserve(p, 2 * n + 1, n);
+    st = vpmm_i_rewrite_reserve(p, a, 2 * n + 1, w, n);
     if (st == VPMM_SUCCESS)
-        merge_walk(&wk, a); /* cannot fail from here */
+        merge_walk(&wk, v, nv); /* cannot fail from here */
     free(wk.scratch);
 out:
     vpmm_i_unlock(p);
+    free(v);
     free(w);
     return st;
 }

@@ -291,6 +291,22 @@ out:
     return st;
 }
 
+vpmm_status_t vpmm_graph_destroy(vpmm_pool_t *pool, vpmm_graph_t graph)
+{
+    vpmm_driver_t *d;
+    vpmm_status_t st;
+    if (pool == NULL || graph == NULL) {
+        vpmm_i_set_error("vpmm_graph_destroy: %s is NULL", pool == NULL ? "pool" : "graph");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    d = vpmm_i_pool_driver(pool);
+    vpmm_i_lock(pool);
+    st = vpmm_i_drv_status(pool, d->graph_destroy(d, graph));
+    vpmm_g_collect(pool); /* a graph pool it was the last user of goes back now */
+    vpmm_i_unlock(pool);
+    return st;
+}
+
 vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_stream_t stream)
 {
     vpmm_driver_t *d;

@@ -216,6 +216,8 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream);
 
 /* ---- introspection ----------------------------------------------------------------------- */
 
+/* The pool's statistics (graph pools included; a graph pool whose graphs are all gone is
+ * returned to the shared pool first, so graph_pools counts only those still alive). */
 vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out_stats);
 
 /* Resets peak_live_bytes and peak_mapped_bytes to the current values. */
@@ -302,6 +304,13 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_poo
  * capture was invalidated, returns VPMM_ERROR_DRIVER and *out_graph = NULL (CUDA discards it).
  */
 vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_graph_t *out_graph);
+
+/*
+ * Destroys a graph (cudaGraphDestroy on the CUDA backend; the emulation's own graph on the host
+ * backend, where this is the only way to destroy one). Its graph pool's pages return once its
+ * executable graphs are gone too. Equivalent to calling cudaGraphDestroy directly on CUDA.
+ */
+vpmm_status_t vpmm_graph_destroy(vpmm_pool_t *pool, vpmm_graph_t graph);
 
 /*
  * For captures begun outside vpmm (e.g. torch.cuda.graph): serve the capture stream is part of

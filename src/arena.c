@@ -124,8 +124,8 @@ vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s)
         a->side = side;
         a->side_cap = cap;
     }
-    /* Entries stay until the arena dies: a region of s may need this one at any later free. A
-     * stream record freed and reallocated at the same address takes its entry over, correctly. */
+    /* An entry stays while its stream record lives (a region of s may need it at any later
+     * free); vpmm_i_arena_forget_stream drops it when the record is freed. */
     a->side[a->nside].stream = s;
     vpmm_rb_init(&a->side[a->nside].tree);
     a->nside++;
@@ -314,17 +314,37 @@ void vpmm_i_region_view(const vpmm_region_t *r, vpmm_view_t *out)
     out->size = r->size;
     out->state = r->state;
     out->ready = r->state == VPMM_REGION_FREE && r->ready;
+    out->chunk_last = r->next == NULL;
     out->requested = r->state == VPMM_REGION_ALLOCATED ? r->requested : 0;
     out->stream = r->state == VPMM_REGION_ALLOCATED ? r->stream->handle : NULL;
+    out->region = (vpmm_region_t *)r;
 }
 
-vpmm_status_t vpmm_i_rewrite_reserve(vpmm_pool_t *p, size_t nregions, size_t nallocs)
+size_t vpmm_i_arena_views(const vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_view_t *out, size_t cap)
+{
+    size_t n = 0;
+    for (const vpmm_chunk_t *c = p->chunks; c; c = c->next) {
+        if (c->arena != a)
+            continue;
+        for (const vpmm_region_t *r = c->first; r; r = r->next, n++)
+            if (n < cap)
+                vpmm_i_region_view(r, &out[n]);
+    }
+    return n;
+}
+
+vpmm_status_t vpmm_i_rewrite_reserve(vpmm_pool_t *p, vpmm_arena_t *a, size_t nregions,
+                                     const vpmm_span_t *allocs, size_t nallocs)
 {
     VPMM_CHECK(vpmm_i_region_reserve(p, nregions));
     if (vpmm_hmap_reserve(&p->allocs, nallocs) != 0) {
         vpmm_i_set_error("out of host memory for the allocation table");
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
+    /* An allocation's free needs its stream's side entry (vpmm_i_arena_free cannot fail). */
+    if (a->priv)
+        for (size_t i = 0; i < nallocs; i++)
+            VPMM_CHECK(vpmm_i_side_reserve(a, allocs[i].stream));
     return VPMM_SUCCESS;
 }
 
@@ -373,4 +393,17 @@ void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
     prev->next = after;
     if (after)
         after->prev = prev;
+    /* Allocations came back: live bytes may exceed what was live before. */
+    vpmm_i_note_peaks(p);
+    if (chunk->arena->priv)
+        vpmm_i_arena_note_peaks(chunk->arena);
+}
+
+void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
+{
+    for (vpmm_arena_t *a = p->privates; a; a = a->next) {
+        vpmm_side_t *e = vpmm_i_side_find(a, s);
+        if (e != NULL)
+            *e = a->side[--a->nside]; /* empty: s had no region left (refs == 0) */
+    }
 }

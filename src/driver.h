@@ -159,7 +159,7 @@ struct vpmm_driver {
     vpmm_dres_t (*graph_retain_user_object)(vpmm_driver_t *d, vpmm_graph_t graph,
                                             vpmm_drv_uobj_t obj);
     vpmm_dres_t (*user_object_release)(vpmm_driver_t *d, vpmm_drv_uobj_t obj);
-    /* cuGraphDestroy: only for a graph vpmm itself ended while abandoning a failed capture. */
+    /* cuGraphDestroy (a graph vpmm ended while abandoning a failed capture; vpmm_graph_destroy). */
     vpmm_dres_t (*graph_destroy)(vpmm_driver_t *d, vpmm_graph_t graph);
 
     void (*close)(vpmm_driver_t *d);

@@ -80,17 +80,23 @@ typedef struct vpmm_view {
     uintptr_t addr;
     size_t size;
     vpmm_region_state_t state;
-    int ready;            /* FREE: not pending on a stream */
-    size_t requested;     /* ALLOCATED: the caller's size */
-    vpmm_stream_t stream; /* ALLOCATED: its stream */
+    int ready;             /* FREE: not pending on a stream */
+    int chunk_last;        /* the last region of its chunk (a rewrite never crosses one) */
+    size_t requested;      /* ALLOCATED: the caller's size */
+    vpmm_stream_t stream;  /* ALLOCATED: its stream */
+    vpmm_region_t *region; /* for vpmm_i_rewrite */
 } vpmm_view_t;
 
 /* a's regions in address order, chunk after chunk: first, then next until NULL. */
 vpmm_region_t *vpmm_i_arena_first(const vpmm_pool_t *p, const vpmm_arena_t *a);
 vpmm_region_t *vpmm_i_arena_next(const vpmm_pool_t *p, const vpmm_region_t *r);
 void vpmm_i_region_view(const vpmm_region_t *r, vpmm_view_t *out);
-/* Whether r is the last region of its chunk (a rewrite never crosses one). */
+/* Whether r is the last region of its chunk. */
 int vpmm_i_region_chunk_last(const vpmm_region_t *r);
+/* Views of all of a's regions in address order, in one pass: fills out[0, cap) and returns how
+ * many regions a has (more than cap: call again with room for that many). */
+size_t vpmm_i_arena_views(const vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_view_t *out,
+                          size_t cap);
 
 /* One region of a rewrite: ALLOCATED by stream when requested > 0, else ready FREE. */
 typedef struct vpmm_span {
@@ -100,9 +106,10 @@ typedef struct vpmm_span {
     vpmm_strm_t *stream;
 } vpmm_span_t;
 
-/* Makes room so that rewrites creating up to nregions regions, nallocs of them allocations,
- * cannot fail. */
-vpmm_status_t vpmm_i_rewrite_reserve(vpmm_pool_t *p, size_t nregions, size_t nallocs);
+/* Makes room so that rewrites of arena a creating up to nregions regions, among them the
+ * nallocs allocations allocs[] (their streams), cannot fail (nor their later frees). */
+vpmm_status_t vpmm_i_rewrite_reserve(vpmm_pool_t *p, vpmm_arena_t *a, size_t nregions,
+                                     const vpmm_span_t *allocs, size_t nallocs);
 /*
  * Replaces the consecutive regions first..last (ALLOCATED or FREE, one chunk) by spans, which
  * must tile exactly the same addresses and respect the invariants (no two adjacent ready FREE

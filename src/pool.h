@@ -438,6 +438,8 @@ void vpmm_i_arena_coalesce_all(vpmm_pool_t *p, vpmm_arena_t *a);
  * its stream until the capture ends if that stream is capturing into r's arena, else until its
  * stream's next marker (stream-ordered, as in the shared arena). */
 void vpmm_i_arena_free(vpmm_pool_t *p, vpmm_region_t *r);
+/* Drops every arena's side entry for s (s is being freed: it names no region any more). */
+void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s);
 
 /* ---- stats (stats.c) ------------------------------------------------------------------------ */
 

@@ -201,6 +201,7 @@ static vpmm_status_t stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
         if (first == VPMM_SUCCESS)
             first = st;
     }
+    vpmm_i_arena_forget_stream(p, s);
     free(s->ring);
     vpmm_hmap_fini(&s->cache);
     free(s);

@@ -1,5 +1,6 @@
 /*
- * gpu_kernels.cu — the kernels behind gpu_kernels.h: pattern fill, pattern check, spin.
+ * gpu_kernels.cu — the kernels behind gpu_kernels.h: pattern fill, pattern check, spin, and the
+ * float steps of the graph tests (affine, add, resample).
  *
  * Fill and check split a range into an unaligned head (bytes up to the first 16-byte boundary),
  * a bulk of 16-byte vectors, and a tail of bytes; each thread walks the bulk and then the edge
@@ -102,7 +103,54 @@ __global__ void spin_kernel(unsigned long long cycles)
     }
 }
 
+__global__ void affine_kernel(float *out, const float *in, size_t n, float a, float b, int relu)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = gk_ref_affine(in[i], a, b, relu);
+}
+
+__global__ void add_kernel(float *out, const float *x, const float *y, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __fadd_rn(x[i], y[i]);
+}
+
+__global__ void resample_kernel(float *out, size_t n_out, const float *in, size_t n_in, float scale)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_out;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __fmul_rn(in[gk_resample_src(i, n_in)], scale);
+}
+
+unsigned blocks_for_n(size_t n)
+{
+    size_t b = (n + kThreads - 1) / kThreads;
+    return (unsigned)(b == 0 ? 1 : b < kMaxBlocks ? b : kMaxBlocks);
+}
+
 } // namespace
+
+extern "C" int gk_affine(float *out, const float *in, size_t n, float a, float b, int relu,
+                         cudaStream_t s)
+{
+    affine_kernel<<<blocks_for_n(n), kThreads, 0, s>>>(out, in, n, a, b, relu);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int gk_add(float *out, const float *x, const float *y, size_t n, cudaStream_t s)
+{
+    add_kernel<<<blocks_for_n(n), kThreads, 0, s>>>(out, x, y, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int gk_resample(float *out, size_t n_out, const float *in, size_t n_in, float scale,
+                           cudaStream_t s)
+{
+    resample_kernel<<<blocks_for_n(n_out), kThreads, 0, s>>>(out, n_out, in, n_in, scale);
+    return (int)cudaGetLastError();
+}
 
 extern "C" int gk_fill(void *ptr, size_t bytes, uint32_t seed, cudaStream_t s)
 {

@@ -11,6 +11,7 @@
 #ifndef VPMM_GPU_KERNELS_H
 #define VPMM_GPU_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +59,30 @@ int gk_check(const void *ptr, size_t bytes, uint32_t seed, unsigned long long *m
 
 /* Busy-waits about `cycles` SM clock cycles in one thread on stream s (work really pending). */
 int gk_spin(cudaStream_t s, unsigned long long cycles);
+
+/*
+ * Float kernels for the graph tests' small "inference" steps. Each is exactly reproducible on the
+ * host (gk_ref_* below): one rounding per operation, fused multiply-add as fmaf, no reordering.
+ *   affine:   out[i] = a * in[i] + b, then max(0, .) when relu
+ *   add:      out[i] = x[i] + y[i]
+ *   resample: out[i] = in[(i * 31 + 7) % n_in] * scale        (changes the length)
+ * out may alias in (affine) or x / y (add).
+ */
+int gk_affine(float *out, const float *in, size_t n, float a, float b, int relu, cudaStream_t s);
+int gk_add(float *out, const float *x, const float *y, size_t n, cudaStream_t s);
+int gk_resample(float *out, size_t n_out, const float *in, size_t n_in, float scale,
+                cudaStream_t s);
+
+static inline GK_HOST_DEVICE float gk_ref_affine(float x, float a, float b, int relu)
+{
+    float y = fmaf(a, x, b);
+    return relu && y < 0.0f ? 0.0f : y;
+}
+
+static inline GK_HOST_DEVICE size_t gk_resample_src(size_t i, size_t n_in)
+{
+    return (i * 31 + 7) % n_in;
+}
 
 #ifdef __cplusplus
 }

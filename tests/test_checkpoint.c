@@ -350,6 +350,40 @@ static void test_refusals_change_nothing(void **state)
 }
 
 /*
+ * Regression: a checkpointed allocation whose stream was released (its record freed) comes back
+ * on a new record of that stream; freeing it afterwards must work, and the peaks must cover it.
+ */
+static void test_reapply_after_stream_released(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_stream_t s, o;
+    vpmm_graph_t g;
+    vpmm_checkpoint_t *ck;
+    void *x, *y;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    o = vpmm_host_stream_create(t.host);
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    begin(&t, gp, s);
+    x = tmalloc(t.pool, 1 * MiB, s);
+    g = end(&t, s);
+    ck = take(gp);
+    tfree(t.pool, x);
+    assert_int_equal(vpmm_stream_release(t.pool, s), VPMM_SUCCESS);
+    y = tmalloc(t.pool, 2 * MiB, o); /* a slow path: the released record is freed */
+    assert_int_equal(vpmm_checkpoint_reapply(gp, ck, NULL, 0), VPMM_SUCCESS);
+    assert_state_is(&t, gp, ck, NULL, 0);
+    tfree(t.pool, x);
+    tfree(t.pool, y);
+    assert_int_equal(vpmm_host_graph_destroy(t.host, g), VPMM_DRV_OK);
+    vpmm_checkpoint_destroy(ck);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/*
  * Random graph trees: captures allocate and free random sizes (some outputs survive), checkpoints
  * are taken at random, and a random one is reapplied (with random dead allocations) before
  * random captures. After every reapply the state must be the checkpoint's.
@@ -438,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_dead_allocations),
         cmocka_unit_test(test_double_reapply_changes_nothing),
         cmocka_unit_test(test_refusals_change_nothing),
+        cmocka_unit_test(test_reapply_after_stream_released),
         cmocka_unit_test(test_random_trees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

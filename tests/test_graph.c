@@ -321,7 +321,10 @@ static void test_capture_begin_anonymous(void **state)
     assert_int_equal(vpmm_capture_graph_pool(t.pool, s, &gp), VPMM_SUCCESS);
     assert_int_equal(owner(t.pool, a), gstats(gp).id);
     tfree(t.pool, a);
-    graph_destroy(&t, end(&t, s));
+    assert_int_equal(vpmm_graph_destroy(t.pool, NULL), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_graph_destroy(NULL, (vpmm_graph_t)1), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_graph_destroy(t.pool, end(&t, s)), VPMM_SUCCESS); /* the public way */
+    assert_int_equal(gstats(gp).graphs, 0);
     assert_int_equal(tstats(t.pool).graph_pools, 1); /* our handle */
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     assert_int_equal(tstats(t.pool).graph_pools, 0);
