@@ -260,10 +260,15 @@ static int mapped(const vpmm_view_t *v)
     return v->state == VPMM_REGION_ALLOCATED || v->state == VPMM_REGION_FREE;
 }
 
-/* Every wanted allocation lies in one run of mapped regions of one chunk (both lists are in
- * address order: one merge pass). */
-static vpmm_status_t check_mapped(const vpmm_view_t *v, size_t nv, const vpmm_span_t *w, size_t n,
-                                  unsigned graph_pool)
+/*
+ * Every wanted allocation must lie in one chunk of the graph pool, on mapped memory or on zombie
+ * pages that can be made live again (their pages were mapped elsewhere by a later capture, and
+ * that address is free in the restored state: vpmm_i_revive_check). revive[i] is set for the
+ * latter; *handles counts the handles to revive. Both lists are in address order: one pass.
+ */
+static vpmm_status_t check_mapped(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_view_t *v, size_t nv,
+                                  const vpmm_span_t *w, size_t n, unsigned char *revive,
+                                  size_t *handles)
 {
     size_t r = 0;
     for (size_t i = 0; i < n; i++) {
@@ -271,8 +276,9 @@ static vpmm_status_t check_mapped(const vpmm_view_t *v, size_t nv, const vpmm_sp
         int ok = 0;
         while (r < nv && v[r].addr + v[r].size <= lo) /* to the region containing lo */
             r++;
-        /* From there, mapped regions of one chunk up to hi. */
-        for (size_t q = r; q < nv && v[r].addr <= lo && mapped(&v[q]); q++) {
+        /* From there, mapped or zombie regions of one chunk up to hi. */
+        for (size_t q = r; q < nv && v[r].addr <= lo && v[q].state != VPMM_REGION_HOLE; q++) {
+            revive[i] |= v[q].state == VPMM_REGION_ZOMBIE;
             if (v[q].addr + v[q].size >= hi) {
                 ok = 1;
                 break;
@@ -280,14 +286,35 @@ static vpmm_status_t check_mapped(const vpmm_view_t *v, size_t nv, const vpmm_sp
             if (v[q].chunk_last)
                 break;
         }
+        if (ok && revive[i] && vpmm_i_revive_check(p, a, lo, hi, w, n, handles) != VPMM_SUCCESS)
+            ok = 0;
         if (!ok) {
             vpmm_i_set_error("vpmm_checkpoint_reapply: the checkpoint's allocation at %p (%zu "
                              "bytes) is no longer mapped in graph pool g%u",
-                             (void *)w[i].addr, w[i].requested, graph_pool);
+                             (void *)w[i].addr, w[i].requested, vpmm_i_arena_id(a));
             return VPMM_ERROR_CHECKPOINT_CONFLICT;
         }
     }
     return VPMM_SUCCESS;
+}
+
+/* An allocation over revived pages: its range is ready free memory now; cut it out. */
+static void place_revived(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_span_t *want)
+{
+    vpmm_region_t *r;
+    vpmm_view_t f;
+    vpmm_span_t spans[3];
+    size_t ns = 0;
+    vpmm_i_revive(p, a, want->addr, want->addr + want->size);
+    r = vpmm_i_region_containing(p, a, want->addr);
+    vpmm_i_region_view(r, &f);
+    if (f.addr < want->addr)
+        spans[ns++] = (vpmm_span_t){ f.addr, want->addr - f.addr, 0, NULL };
+    spans[ns++] = *want;
+    if (want->addr + want->size < f.addr + f.size)
+        spans[ns++] = (vpmm_span_t){ want->addr + want->size,
+                                     f.addr + f.size - want->addr - want->size, 0, NULL };
+    vpmm_i_rewrite(p, r, r, spans, ns);
 }
 
 /* ---- reapply: the merge walk --------------------------------------------------------------- */
@@ -391,13 +418,14 @@ static void merge_walk(walk_t *wk, const vpmm_view_t *v, size_t nv)
 vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoint_t *ck,
                                       void *const *dead, size_t ndead)
 {
-    vpmm_span_t *w = NULL;
+    vpmm_span_t *w = NULL, *walked = NULL;
     vpmm_view_t *v = NULL;
+    unsigned char *revive = NULL;
     vpmm_arena_t *a;
     vpmm_pool_t *p;
     vpmm_status_t st;
-    walk_t wk;
-    size_t n = 0, nv = 0;
+    walk_t wk = { 0 };
+    size_t n = 0, nv = 0, nwalked = 0, handles = 0;
 
     VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_checkpoint_reapply"));
     if (ck == NULL || (ndead > 0 && dead == NULL)) {
@@ -420,21 +448,35 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
     }
     VPMM_CHECK_GOTO(st, wanted_allocs(p, ck, dead, ndead, &w, &n), out);
     VPMM_CHECK_GOTO(st, views_of(p, a, ck->nallocs + ck->nfrees + 16, &v, &nv), out);
-    VPMM_CHECK_GOTO(st, check_mapped(v, nv, w, n, gp->id), out);
-    wk = (walk_t){ p, w, n, 0, 0, malloc((2 * n + 1) * sizeof(vpmm_span_t)) };
-    if (wk.scratch == NULL) {
+    revive = calloc(n ? n : 1, 1);
+    wk.scratch = malloc((2 * n + 1) * sizeof(vpmm_span_t));
+    walked = malloc((n ? n : 1) * sizeof *walked);
+    if (revive == NULL || wk.scratch == NULL || walked == NULL) {
         vpmm_i_set_error("out of host memory to reapply a checkpoint");
         st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
         goto out;
     }
+    VPMM_CHECK_GOTO(st, check_mapped(p, a, v, nv, w, n, revive, &handles), out);
     /* Each rewrite gives its old nodes back before taking at most 2m + 1 new ones (m wanted
-     * allocations in it): 2n + 1 spare nodes cover them all. */
-    st = vpmm_i_rewrite_reserve(p, a, 2 * n + 1, w, n);
-    if (st == VPMM_SUCCESS)
-        merge_walk(&wk, v, nv); /* cannot fail from here */
-    free(wk.scratch);
+     * allocations in it): 2n + 1 spare nodes cover them all; a revived handle takes 4 more, the
+     * allocation on it 3. */
+    VPMM_CHECK_GOTO(st, vpmm_i_rewrite_reserve(p, a, 2 * n + 1 + 4 * handles + 3 * n, w, n), out);
+    /* Cannot fail from here. First the allocations on mapped memory, then the revived ones. */
+    for (size_t i = 0; i < n; i++)
+        if (!revive[i])
+            walked[nwalked++] = w[i];
+    wk.p = p;
+    wk.w = walked;
+    wk.n = nwalked;
+    merge_walk(&wk, v, nv);
+    for (size_t i = 0; i < n; i++)
+        if (revive[i])
+            place_revived(p, a, &w[i]);
 out:
     vpmm_i_unlock(p);
+    free(wk.scratch);
+    free(walked);
+    free(revive);
     free(v);
     free(w);
     return st;

@@ -143,6 +143,9 @@ typedef struct vpmm_graph_pool_stats {
     uint64_t grows;           /* mallocs that mapped pages into it */
     uint64_t pages_created;   /* pages created for it */
     uint64_t pages_taken;     /* free pages it took over from the shared pool */
+    uint64_t pages_remapped;  /* of its own free pages, mapped again at a new address to make
+                                 room for a large allocation (the old address stays mapped while
+                                 a graph may use it) */
     uint64_t graphs;          /* graphs (being) captured into it that are still alive */
     uint64_t captures;        /* captures into it in progress */
     int pinned;               /* its pages may not leave it: a graph or capture uses it */
@@ -300,7 +303,7 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_poo
 
 /*
  * Ends the capture on stream (cudaStreamEndCapture) and returns the graph; the caller owns it
- * (cudaGraphDestroy). Memory freed during the capture becomes reusable by later captures. If the
+ * (vpmm_graph_destroy, or cudaGraphDestroy on the CUDA backend). Memory freed during the capture becomes reusable by later captures. If the
  * capture was invalidated, returns VPMM_ERROR_DRIVER and *out_graph = NULL (CUDA discards it).
  */
 vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_graph_t *out_graph);
@@ -336,7 +339,8 @@ vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
  * equal to it again: the checkpoint's allocations are live again at the same addresses and
  * everything else mapped is free — also pages mapped after the checkpoint was taken. This is how
  * a graph tree shares one pool: capture G1, take C1, capture G2, reapply C1, capture G3 (G2 and
- * G3 are alternatives after G1 and reuse each other's memory).
+ * G3 are alternatives after G1 and reuse each other's memory). So a replay of G3 overwrites G2's
+ * outputs (which the reapply dropped): read a branch's outputs before replaying another branch.
  */
 
 /* One allocation recorded in a checkpoint. */

@@ -267,7 +267,8 @@ void vpmm_i_arena_stats(const vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_graph_
         .frees = c->frees,
         .grows = c->grows,
         .pages_created = c->pages_created,
-        .pages_taken = c->pages_remapped,
+        .pages_taken = c->pages_taken,
+        .pages_remapped = c->pages_remapped,
         .captures = a->captures,
         .pinned = a->pinned,
     };
@@ -406,4 +407,119 @@ void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
         if (e != NULL)
             *e = a->side[--a->nside]; /* empty: s had no region left (refs == 0) */
     }
+}
+
+/* ---- reviving zombie pages (checkpoint reapply) ------------------------------------------- */
+
+vpmm_region_t *vpmm_i_region_containing(const vpmm_pool_t *p, const vpmm_arena_t *a, uintptr_t addr)
+{
+    vpmm_region_t *r = vpmm_i_region_find(p, addr);
+    return r != NULL && vpmm_i_arena_of(r) == a ? r : NULL;
+}
+
+/* Whether [lo, hi) overlaps one of the spans w[0..n) (address order, disjoint). */
+static int overlaps_any(const vpmm_span_t *w, size_t n, uintptr_t lo, uintptr_t hi)
+{
+    size_t l = 0, h = n;
+    while (l < h) { /* the first span ending after lo */
+        size_t m = l + (h - l) / 2;
+        if (w[m].addr + w[m].size <= lo)
+            l = m + 1;
+        else
+            h = m;
+    }
+    return l < n && w[l].addr < hi;
+}
+
+/* Calls visit(z, handle address in z, phys) for each zombie handle of a overlapping [lo, hi);
+ * stops at the first nonzero result and returns it. */
+static int
+each_zombie_handle(const vpmm_pool_t *p, const vpmm_arena_t *a, uintptr_t lo, uintptr_t hi,
+                   int (*visit)(vpmm_region_t *z, uintptr_t at, vpmm_phys_t *ph, void *ctx),
+                   void *ctx)
+{
+    vpmm_region_t *r = vpmm_i_region_containing(p, a, lo);
+    for (; r != NULL && r->addr < hi; r = r->next) {
+        if (r->state != VPMM_REGION_ZOMBIE)
+            continue;
+        for (uintptr_t at = r->addr; at < r->addr + r->size;) {
+            vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+            int rc;
+            if (at + ph->size > lo && at < hi && (rc = visit(r, at, ph, ctx)) != 0)
+                return rc;
+            at += ph->size;
+        }
+    }
+    return 0;
+}
+
+typedef struct revive_check {
+    const vpmm_pool_t *p;
+    const vpmm_arena_t *a;
+    const vpmm_span_t *w;
+    size_t n, handles;
+} revive_check_t;
+
+static int check_one(vpmm_region_t *z, uintptr_t at, vpmm_phys_t *ph, void *ctx)
+{
+    revive_check_t *c = ctx;
+    (void)z;
+    (void)at;
+    c->handles++;
+    return vpmm_i_region_containing(c->p, c->a, ph->va) == NULL ||
+           overlaps_any(c->w, c->n, ph->va, ph->va + ph->size);
+}
+
+vpmm_status_t vpmm_i_revive_check(const vpmm_pool_t *p, const vpmm_arena_t *a, uintptr_t lo,
+                                  uintptr_t hi, const vpmm_span_t *w, size_t n, size_t *handles)
+{
+    revive_check_t c = { p, a, w, n, 0 };
+    if (each_zombie_handle(p, a, lo, hi, check_one, &c) != 0)
+        return VPMM_ERROR_CHECKPOINT_CONFLICT;
+    *handles += c.handles;
+    return VPMM_SUCCESS;
+}
+
+/* Cuts [lo, hi) out of the indexed region r: the parts outside keep r's state and stay indexed;
+ * returns the middle piece, unindexed, for the caller to give a new state. */
+static vpmm_region_t *cut(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t lo, uintptr_t hi)
+{
+    vpmm_region_t *mid = r;
+    vpmm_i_index_del(p, r);
+    if (lo > r->addr) {
+        mid = vpmm_i_region_split(p, r, lo);
+        vpmm_i_index_add(p, r);
+    }
+    if (mid->addr + mid->size > hi)
+        vpmm_i_index_add(p, vpmm_i_region_split(p, mid, hi));
+    return mid;
+}
+
+/*
+ * One handle back at its old address `at` (inside zombie z):
+ *
+ *   at:      [..zombie..|  h  |..zombie..]   ->  [..zombie..| h, ready free |..zombie..]
+ *   h->va:   [... ready free ...| h |....]   ->  [... free ...| zombie |.......]
+ */
+static int revive_one(vpmm_region_t *z, uintptr_t at, vpmm_phys_t *ph, void *ctx)
+{
+    vpmm_pool_t *p = ctx;
+    vpmm_region_t *m = cut(p, vpmm_i_region_find(p, ph->va), ph->va, ph->va + ph->size);
+    m->state = VPMM_REGION_ZOMBIE;
+    m->ready = 0;
+    m->stream = NULL;
+    m->seq = 0;
+    vpmm_i_index_add(p, m);
+    m = cut(p, z, at, at + ph->size);
+    ph->va = at; /* both mappings stay; only which one is live changes */
+    vpmm_i_region_set_free(p, m, NULL);
+    vpmm_i_index_add(p, m);
+    vpmm_i_region_coalesce(p, m);
+    return 1; /* z may have been cut: the caller starts over */
+}
+
+void vpmm_i_revive(vpmm_pool_t *p, vpmm_arena_t *a, uintptr_t lo, uintptr_t hi)
+{
+    while (each_zombie_handle(p, a, lo, hi, revive_one, p) != 0)
+        ;
 }

@@ -45,6 +45,10 @@ void vpmm_i_reclaim_zombies(vpmm_pool_t *p)
     while (z) {
         vpmm_region_t *next = z->qnext;
         size_t done = 0;
+        if (vpmm_i_arena_of(z)->pinned) {
+            z = next; /* a graph may still use this address: kept until the arena is unpinned */
+            continue;
+        }
         if (z->stream && !vpmm_i_stream_done(z->stream, z->seq)) {
             vpmm_i_stream_poll(p, z->stream);
             if (!vpmm_i_stream_done(z->stream, z->seq)) {
@@ -121,9 +125,13 @@ static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to)
             vpmm_hmap_put(&p->maps, ph->va + off, ph); /* room reserved */
         at += ph->size;
     }
-    /* Fresh or completed memory is safe to unmap at once; pending memory waits for its marker. */
-    if (mid->ready)
+    /* Fresh or completed memory is safe to unmap at once; pending memory waits for its marker; a
+     * graph pool's zombie waits for its arena to be unpinned (and a capture's free has no
+     * marker: the pin covers it). */
+    if (mid->ready || mid->seq == VPMM_SEQ_CAPTURE) {
         mid->stream = NULL;
+        mid->seq = 0;
+    }
     mid->state = VPMM_REGION_ZOMBIE;
     mid->ready = 0;
     vpmm_i_index_add(p, mid);
@@ -158,7 +166,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     vpmm_chunk_t *chunk = NULL;
     vpmm_region_t *span;
     uintptr_t at;
-    size_t nwaits;
+    size_t nwaits, own = 0;
     vpmm_status_t st;
 
     /* Host resources first, so the commit cannot fail. */
@@ -177,7 +185,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     /* Zombie guards: the marker covering each pending run must exist. */
     for (size_t i = 0; i < plan->nruns; i++) {
         vpmm_region_t *src = plan->runs[i].src;
-        if (!src->ready)
+        if (!src->ready && src->seq != VPMM_SEQ_CAPTURE)
             VPMM_CHECK_GOTO(st, vpmm_i_stream_mark(p, src->stream, src->seq), undo_chunk);
     }
     if (nnew > 0)
@@ -198,6 +206,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     for (size_t i = 0; i < hnew; at += pages[i]->size, i++)
         vpmm_i_phys_link(p, pages[i], at);
     for (size_t i = 0; i < plan->nruns; i++) {
+        own += vpmm_i_arena_of(plan->runs[i].src) == plan->arena ? plan->runs[i].npages : 0;
         commit_run(p, &plan->runs[i], at);
         at += plan->runs[i].npages * pg;
     }
@@ -221,7 +230,8 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     p->c.defrags += plan->npages > nnew;
     p->c.cross_stream_waits += nwaits;
     if (plan->arena->priv) {
-        plan->arena->c.pages_remapped += plan->npages - nnew; /* taken from the shared arena */
+        plan->arena->c.pages_remapped += own;
+        plan->arena->c.pages_taken += plan->npages - nnew - own; /* from the shared arena */
         plan->arena->c.pages_created += nnew;
         plan->arena->c.grows += plan->npages > 0;
         vpmm_i_arena_note_peaks(plan->arena);

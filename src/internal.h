@@ -119,6 +119,27 @@ vpmm_status_t vpmm_i_rewrite_reserve(vpmm_pool_t *p, vpmm_arena_t *a, size_t nre
 void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
                     const vpmm_span_t *spans, size_t n);
 
+/*
+ * Zombie pages of a graph pool: when a capture needs a large span, the graph pool maps some of
+ * its free pages again at a new address, and their old address stays mapped as a zombie (graphs
+ * may still use it). A checkpoint may want an allocation back at such an old address; since both
+ * mappings still exist, the pages can be made live there again, with no driver call, provided
+ * their current address is free in the state being restored.
+ *
+ * vpmm_i_revive_check: every zombie handle overlapping [lo, hi) of arena a lives in a, and its
+ * live range overlaps none of the wanted allocations w[0..n) (address order); *handles counts
+ * them. VPMM_ERROR_CHECKPOINT_CONFLICT otherwise. Changes nothing.
+ * vpmm_i_revive: makes those handles live at [lo, hi) again, as ready free memory; their current
+ * ranges, which must be ready free memory by now, become zombies. Cannot fail once
+ * vpmm_i_rewrite_reserve made room for 4 regions per handle.
+ * vpmm_i_region_containing: the region of a containing addr (linear in its chunk), or NULL.
+ */
+vpmm_status_t vpmm_i_revive_check(const vpmm_pool_t *p, const vpmm_arena_t *a, uintptr_t lo,
+                                  uintptr_t hi, const vpmm_span_t *w, size_t n, size_t *handles);
+void vpmm_i_revive(vpmm_pool_t *p, vpmm_arena_t *a, uintptr_t lo, uintptr_t hi);
+vpmm_region_t *vpmm_i_region_containing(const vpmm_pool_t *p, const vpmm_arena_t *a,
+                                        uintptr_t addr);
+
 /* ---- hooks: the core calls graph/ -------------------------------------------------------- */
 
 /* vpmm_malloc on a stream that is being captured (capture_id): serve it from the capture's

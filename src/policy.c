@@ -207,6 +207,20 @@ static vpmm_status_t harvest_tree(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_rbtree
     return VPMM_SUCCESS;
 }
 
+/* The same over a private arena's side tree, taking only regions freed during the capture
+ * (the others wait for a marker, which cannot be recorded on a capturing stream). */
+static vpmm_status_t harvest_capture_pending(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_side_t *side,
+                                             size_t *need)
+{
+    if (side == NULL)
+        return VPMM_SUCCESS;
+    for (vpmm_rb_node_t *n = vpmm_rb_lower_bound(&side->tree, p->page_size, 0); n && *need;
+         n = vpmm_rb_next(n))
+        if (region_of(n)->seq == VPMM_SEQ_CAPTURE)
+            VPMM_CHECK(harvest_from(p, plan, region_of(n), need));
+    return VPMM_SUCCESS;
+}
+
 static int by_age(const void *a, const void *b)
 {
     const vpmm_region_t *x = *(vpmm_region_t *const *)a, *y = *(vpmm_region_t *const *)b;
@@ -352,9 +366,17 @@ vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_str
     plan->arena = a;
     choose_span(p, s, size, plan);
     need = plan->npages;
-    /* Ready shared memory is known complete: it can move without a marker, a wait or a query,
-     * which a capture forbids. Nothing of the private arena itself ever moves. */
-    st = harvest_tree(p, plan, &p->shared.ready, &need);
+    /* First the arena's own free pages: the capturing stream's own frees of this capture (stream
+     * order makes them its to reuse), then ready ones. Mapped again at the span, they stay mapped
+     * where they were too (a zombie kept while the arena is pinned), so graphs that used the old
+     * addresses still find them; graphs sharing a pool run one after another, as with any reuse.
+     * Then ready shared memory, known complete: it moves without a marker, a wait or a query,
+     * which a capture forbids. */
+    st = harvest_capture_pending(p, plan, vpmm_i_side_find(a, s), &need);
+    if (st == VPMM_SUCCESS && need)
+        st = harvest_tree(p, plan, &a->ready, &need);
+    if (st == VPMM_SUCCESS && need)
+        st = harvest_tree(p, plan, &p->shared.ready, &need);
     if (st != VPMM_SUCCESS) {
         vpmm_i_plan_fini(plan);
         return st;

@@ -143,6 +143,7 @@ typedef struct vpmm_counters {
     size_t free_bytes, hole_bytes, zombie_bytes, reserved_va_bytes;
     uint64_t live_allocs, mallocs, frees, defrags, pages_remapped, pages_created;
     uint64_t pages_released, grows, ooms, cross_stream_waits, handles_created;
+    uint64_t pages_taken; /* a private arena's pages taken over from the shared arena */
 } vpmm_counters_t;
 
 /* A private arena's pending FREE regions of one stream (I7). */

@@ -246,7 +246,7 @@ static void test_malloc_sizes_and_counters(void **state)
         assert_int_equal(a->c.peak_live_bytes, live);
         /* No shared page was free: every mapped byte is a page created for the arena. */
         assert_int_equal(a->c.allocated_bytes + a->c.free_bytes, a->c.pages_created * PG);
-        assert_int_equal(a->c.pages_remapped, 0);
+        assert_int_equal(a->c.pages_taken, 0);
         assert_int_equal(a->c.allocated_bytes + a->c.free_bytes + a->c.hole_bytes,
                          a->c.reserved_va_bytes);
     }
@@ -345,7 +345,7 @@ static void test_growth_takes_shared_ready_pages(void **state)
     forbidden = forbidden_calls(&t);
 
     x = amalloc(&t, a, s, 3 * MiB); /* two pages, both taken from the shared arena */
-    assert_int_equal(a->c.pages_remapped, 2);
+    assert_int_equal(a->c.pages_taken, 2);
     assert_int_equal(a->c.pages_created, 0);
     assert_int_equal(vpmm_fault_calls(t.fault, VPMM_DRV_MEM_CREATE), created);
     /* Taken from the top of the ready region down, moved as one run in address order. */
@@ -360,7 +360,7 @@ static void test_growth_takes_shared_ready_pages(void **state)
     assert_int_equal(r->size, 2 * PG);
 
     y = amalloc(&t, a, s, 6 * MiB); /* three pages: the last two shared ones and a fresh one */
-    assert_int_equal(a->c.pages_remapped, 4);
+    assert_int_equal(a->c.pages_taken, 4);
     assert_int_equal(a->c.pages_created, 1);
     assert_int_equal(vpmm_fault_calls(t.fault, VPMM_DRV_MEM_CREATE), created + 1);
     assert_int_equal(t.pool->c.mapped_bytes, 5 * PG);
@@ -394,7 +394,7 @@ static void test_growth_takes_whole_handles_only(void **state)
 
     /* One page is needed, the ready handle is 512: it stays, a page is created. */
     x = amalloc(&t, a, s, 2 * MiB);
-    assert_int_equal(a->c.pages_remapped, 0);
+    assert_int_equal(a->c.pages_taken, 0);
     assert_int_equal(a->c.pages_created, 1);
     assert_ptr_equal(vpmm_i_phys_at(t.pool, (uintptr_t)big), h);
     assert_int_equal(h->va, (uintptr_t)big);
@@ -402,7 +402,7 @@ static void test_growth_takes_whole_handles_only(void **state)
 
     /* 512 pages are needed: the whole handle moves. */
     y = amalloc(&t, a, s, 1 * GiB);
-    assert_int_equal(a->c.pages_remapped, 512);
+    assert_int_equal(a->c.pages_taken, 512);
     assert_int_equal(a->c.pages_created, 1);
     assert_ptr_equal(vpmm_i_phys_at(t.pool, (uintptr_t)y), h);
     assert_int_equal(h->va, (uintptr_t)y);
@@ -437,7 +437,7 @@ static void test_growth_never_takes_shared_pending(void **state)
 
     y = amalloc(&t, a, s, 4 * MiB); /* even on s itself: a graph may run on any stream */
     z = amalloc(&t, a, o, 2 * MiB);
-    assert_int_equal(a->c.pages_remapped, 0);
+    assert_int_equal(a->c.pages_taken, 0);
     assert_int_equal(a->c.pages_created, 3);
     assert_int_equal(vpmm_fault_calls(t.fault, VPMM_DRV_MEM_CREATE), created + 3);
     assert_int_equal(forbidden_calls(&t), forbidden); /* no marker to make it ready, no wait */

@@ -23,8 +23,7 @@ static vpmm_graph_pool_stats_t gstats(const vpmm_graph_pool_t *gp)
 
 static void begin(tpool_t *t, vpmm_graph_pool_t *gp, vpmm_stream_t s)
 {
-    assert_int_equal(vpmm_capture_begin(t->pool, gp, s, VPMM_STREAM_CAPTURE_GLOBAL),
-                     VPMM_SUCCESS);
+    assert_int_equal(vpmm_capture_begin(t->pool, gp, s, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
     CHECK_POOL(t->pool);
 }
 
@@ -139,8 +138,7 @@ static void test_graph_tree(void **state)
     assert_int_equal(info.mapped_bytes, gstats(gp).mapped_bytes);
     assert_int_equal(vpmm_checkpoint_allocs(c1, NULL, 0), 2);
     assert_int_equal(vpmm_checkpoint_allocs(c1, rec, 4), 2);
-    assert_ptr_equal(rec[0].ptr < rec[1].ptr ? rec[0].ptr : rec[1].ptr,
-                     out1 < x1 ? out1 : x1);
+    assert_ptr_equal(rec[0].ptr < rec[1].ptr ? rec[0].ptr : rec[1].ptr, out1 < x1 ? out1 : x1);
 
     /* G2 (after G1): uses out1, frees x1, allocates more than the pool holds (it grows). */
     assert_int_equal(vpmm_graph_pool_reset_peak_stats(gp), VPMM_SUCCESS);
@@ -210,10 +208,8 @@ static void test_dead_allocations(void **state)
         assert_int_equal(vpmm_checkpoint_reapply(gp, ck, bad2, 2), VPMM_ERROR_INVALID_ARGUMENT);
         assert_int_equal(vpmm_checkpoint_reapply(gp, ck, bad3, 1), VPMM_ERROR_INVALID_ARGUMENT);
         assert_int_equal(vpmm_checkpoint_reapply(gp, ck, NULL, 1), VPMM_ERROR_INVALID_ARGUMENT);
-        assert_int_equal(vpmm_checkpoint_reapply(gp, NULL, NULL, 0),
-                         VPMM_ERROR_INVALID_ARGUMENT);
-        assert_int_equal(vpmm_checkpoint_reapply(NULL, ck, NULL, 0),
-                         VPMM_ERROR_INVALID_ARGUMENT);
+        assert_int_equal(vpmm_checkpoint_reapply(gp, NULL, NULL, 0), VPMM_ERROR_INVALID_ARGUMENT);
+        assert_int_equal(vpmm_checkpoint_reapply(NULL, ck, NULL, 0), VPMM_ERROR_INVALID_ARGUMENT);
     }
     now = tsnap(t.pool);
     assert_snap_equal(&before, &now);
@@ -350,6 +346,70 @@ static void test_refusals_change_nothing(void **state)
 }
 
 /*
+ * A late large allocation in a capture reuses the graph pool's own free pages by mapping them
+ * again at a new address (the old one stays mapped: a zombie while graphs may use it). A
+ * checkpoint that wants an allocation back at the old address revives the pages there; the
+ * other address becomes the zombie. Both directions, with the data seen through both addresses.
+ */
+static void test_reapply_revives_remapped_pages(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_stream_t s;
+    vpmm_graph_t g1, g2;
+    vpmm_checkpoint_t *c1, *c2;
+    vpmm_graph_pool_stats_t gs;
+    unsigned char *out, *big;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    begin(&t, gp, s);
+    out = tmalloc(t.pool, 6 * MiB, s); /* G1's output: three pages */
+    g1 = end(&t, s);
+    c1 = take(gp);
+    memset(out, 0x3c, 6 * MiB);
+
+    /* G2 consumes out, then needs 8 MiB: out's three pages are mapped again under it. */
+    begin(&t, gp, s);
+    tfree(t.pool, out);
+    big = tmalloc(t.pool, 8 * MiB, s);
+    g2 = end(&t, s);
+    gs = gstats(gp);
+    assert_int_equal(gs.pages_remapped, 3);
+    assert_int_equal(gs.pages_created, 4); /* 3 for G1, 1 more for G2 */
+    assert_int_equal(gs.zombie_bytes, 6 * MiB);
+    /* [new page | out's three pages]: the same physical pages, behind the new one. */
+    assert_int_equal(big[2 * MiB], 0x3c);
+    assert_int_equal(big[8 * MiB - 1], 0x3c);
+    memset(big, 0x5a, 8 * MiB);
+    assert_int_equal(out[6 * MiB - 1], 0x5a); /* the old address still reaches them */
+    c2 = take(gp);
+
+    /* Back to C1: out is live again where it was; big's first 6 MiB become the zombie. */
+    assert_int_equal(vpmm_checkpoint_reapply(gp, c1, NULL, 0), VPMM_SUCCESS);
+    assert_state_is(&t, gp, c1, NULL, 0);
+    gs = gstats(gp);
+    assert_int_equal(gs.zombie_bytes, 6 * MiB);
+    assert_int_equal(gs.mapped_bytes, 8 * MiB);
+    assert_int_equal(out[0], 0x5a);
+    /* And to C2 again. */
+    assert_int_equal(vpmm_checkpoint_reapply(gp, c2, NULL, 0), VPMM_SUCCESS);
+    assert_state_is(&t, gp, c2, NULL, 0);
+    assert_int_equal(gstats(gp).zombie_bytes, 6 * MiB);
+    /* Back to C1 with out dead: nothing to revive, nothing changes but big's end. */
+    assert_int_equal(vpmm_checkpoint_reapply(gp, c1, (void **)&out, 1), VPMM_SUCCESS);
+    assert_state_is(&t, gp, c1, (void **)&out, 1);
+
+    assert_int_equal(vpmm_host_graph_destroy(t.host, g1), VPMM_DRV_OK);
+    assert_int_equal(vpmm_host_graph_destroy(t.host, g2), VPMM_DRV_OK);
+    vpmm_checkpoint_destroy(c1);
+    vpmm_checkpoint_destroy(c2);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/*
  * Regression: a checkpointed allocation whose stream was released (its record freed) comes back
  * on a new record of that stream; freeing it afterwards must work, and the peaks must cover it.
  */
@@ -473,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_double_reapply_changes_nothing),
         cmocka_unit_test(test_refusals_change_nothing),
         cmocka_unit_test(test_reapply_after_stream_released),
+        cmocka_unit_test(test_reapply_revives_remapped_pages),
         cmocka_unit_test(test_random_trees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

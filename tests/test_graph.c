@@ -455,6 +455,43 @@ static void test_pinned_pages_never_move(void **state)
     tpool_close(&t);
 }
 
+/* A graph pool's zombies (own pages mapped again for a larger allocation) stay mapped while a
+ * graph may use the old address, and go once no graph is left. */
+static void test_private_zombies_kept_while_pinned(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_stream_t s;
+    vpmm_graph_t g1, g2;
+    void *a, *big, *shared;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    gp = tgp(&t);
+    begin(&t, gp, s);
+    a = tmalloc(t.pool, 4 * MiB, s);
+    g1 = end(&t, s);
+    begin(&t, gp, s);
+    tfree(t.pool, a);
+    big = tmalloc(t.pool, 6 * MiB, s); /* a's two pages, mapped again, plus one new */
+    g2 = end(&t, s);
+    assert_int_equal(gstats(gp).pages_remapped, 2);
+    assert_int_equal(gstats(gp).zombie_bytes, 4 * MiB);
+    shared = tmalloc(t.pool, 64 * MiB, NULL); /* a shared slow path: zombies are reclaimed there */
+    assert_int_equal(gstats(gp).zombie_bytes, 4 * MiB); /* but not these */
+    tfree(t.pool, shared);
+    graph_destroy(&t, g1);
+    graph_destroy(&t, g2);
+    shared = tmalloc(t.pool, 128 * MiB, NULL);
+    assert_int_equal(gstats(gp).zombie_bytes, 0); /* unpinned: the old address is unmapped */
+    assert_int_equal(gstats(gp).hole_bytes, gstats(gp).reserved_va_bytes - 6 * MiB);
+    assert_driver_matches_pool(&t);
+    tfree(t.pool, shared);
+    tfree(t.pool, big);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
 static void test_destroy_with_live_graph_refused(void **state)
 {
     tpool_t t;
@@ -557,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_graph_keeps_pages_until_launches_complete),
         cmocka_unit_test(test_idle_graph_pool_pages_may_be_taken),
         cmocka_unit_test(test_pinned_pages_never_move),
+        cmocka_unit_test(test_private_zombies_kept_while_pinned),
         cmocka_unit_test(test_destroy_with_live_graph_refused),
         cmocka_unit_test(test_private_free_after_capture_is_stream_ordered),
         cmocka_unit_test(test_invalidated_capture),
