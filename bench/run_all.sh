@@ -14,7 +14,8 @@ log="$out/bench.jsonl"
 reps=${REPS:-3}
 
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DVPMM_BUILD_TESTS=OFF >"$out/configure.log" 2>&1 &&
-  cmake --build build-bench -j"$(nproc)" --target vpmm-replay vpmm-growth >"$out/build.log" 2>&1 ||
+  cmake --build build-bench -j"$(nproc)" --target vpmm-replay vpmm-growth vpmm-checkpoint \
+    >"$out/build.log" 2>&1 ||
   { tail -n 30 "$out/build.log"; exit 1; }
 replay=build-bench/bin/vpmm-replay
 growth=build-bench/bin/vpmm-growth
@@ -45,6 +46,9 @@ if [ $gpu = 1 ]; then
     for r in 1 2; do "$growth" --backend $b --json | while read -r l; do emit "growth#$r" "$l"; done; done
   done
 fi
+# Checkpoint take/reapply time and graph-tree memory (its own tables: RESULTS.md, Checkpoints).
+build-bench/bin/vpmm-checkpoint --backend "$([ $gpu = 1 ] && echo cuda || echo host)" \
+  >"$out/checkpoint.txt" 2>&1 || echo "vpmm-checkpoint failed: see $out/checkpoint.txt"
 "$replay" --backend "$([ $gpu = 1 ] && echo cuda || echo host)" --quiet \
   --svg "$out/gpt2_train.svg" bench/traces/gpt2_train.trace.gz >/dev/null
 python3 bench/summarize.py "$log"
