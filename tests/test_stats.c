@@ -1,6 +1,7 @@
 /*
  * test_stats.c — stats.c: counters after known operations, peaks and their reset, the region walk
- * (order, early stop), the dump's content, backend name and the last driver error.
+ * (order, early stop), the dump's content (also which pool owns what), backend name and the last
+ * driver error.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,57 @@ static void test_dump(void **state)
     tpool_close(&t);
 }
 
+/* The dump and the walk say which pool owns each region; the stats split out the graph pools. */
+static void test_graph_pool_ownership(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_graph_pool_stats_t gs;
+    vpmm_stream_t s;
+    vpmm_graph_t g;
+    vpmm_stats_t st;
+    char *buf = NULL, owner[32], line[96];
+    size_t len = 0;
+    FILE *f;
+    void *shared, *priv;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    shared = tmalloc(t.pool, 5000, s);
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    assert_int_equal(vpmm_capture_begin(t.pool, gp, s, 0), VPMM_SUCCESS);
+    priv = tmalloc(t.pool, 7000, s);
+    assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_stats(gp, &gs), VPMM_SUCCESS);
+    st = tstats(t.pool);
+    assert_int_equal(st.graph_pools, 1);
+    assert_int_equal(st.private_live_bytes, 7000);
+    assert_int_equal(st.private_mapped_bytes, gs.mapped_bytes);
+    assert_int_equal(st.live_bytes, 12000);
+    assert_int_equal(gs.live_bytes, 7000);
+    assert_int_equal(gs.graphs, 1);
+
+    f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(vpmm_pool_dump(t.pool, f), VPMM_SUCCESS);
+    fclose(f);
+    print_message("%s", buf);
+    snprintf(owner, sizeof owner, "g%u", gs.id);
+    assert_non_null(strstr(buf, " pool "));   /* the column */
+    assert_non_null(strstr(buf, " shared ")); /* the shared allocation's chunk */
+    assert_non_null(strstr(buf, owner));
+    assert_non_null(strstr(buf, "(asked 7000)"));
+    snprintf(line, sizeof line, "graph pool %s (pinned by graphs): live 7000 B", owner);
+    assert_non_null(strstr(buf, line));
+    free(buf);
+
+    assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
+    tfree(t.pool, priv);
+    tfree(t.pool, shared);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
 static void test_backend_and_driver_error(void **state)
 {
     tpool_t t;
@@ -152,6 +204,7 @@ int main(void)
         cmocka_unit_test(test_peaks_and_reset),
         cmocka_unit_test(test_walk_order_and_stop),
         cmocka_unit_test(test_dump),
+        cmocka_unit_test(test_graph_pool_ownership),
         cmocka_unit_test(test_backend_and_driver_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
