@@ -1,0 +1,66 @@
+/*
+ * driver_host_test_util.h — helpers shared by the host backend's tests: test_driver_host.c
+ * (memory, src/driver_host.c), test_driver_host_stream.c (streams, events, capture,
+ * src/driver_host_stream.c) and test_driver_host_graph.c (graphs, execs, user objects,
+ * src/driver_host_graph.c).
+ *
+ * Every test opens its own instance with open_host, calls vpmm_host_check() after each mutation
+ * (CHECKED) and closes it with close_host, which checks once more. A failed call must leave the
+ * instance's counts untouched and name itself in last_call/last_code (expect_failure); a test
+ * that cleans up ends with expect_empty. Helpers one file alone uses stay static in that file.
+ * Not thread-safe: only the test thread calls these.
+ */
+#ifndef VPMM_DRIVER_HOST_TEST_UTIL_H
+#define VPMM_DRIVER_HOST_TEST_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "driver.h"
+#include "driver_host.h"
+
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+#define TiB ((size_t)1 << 40)
+#define G   (2 * MiB)
+
+/* Streams as tests name them: any pointer value is a stream. */
+#define S1 ((vpmm_stream_t)(uintptr_t)0x1001)
+#define S2 ((vpmm_stream_t)(uintptr_t)0x1002)
+#define S3 ((vpmm_stream_t)(uintptr_t)0x1003)
+
+#define CHECKED(d) assert_int_equal(vpmm_host_check((d), 1), 0)
+
+/* Opens a host instance (0 = the backend's default granularity / memory limit); fails the test
+ * on error. */
+vpmm_driver_t *open_host(size_t gran, size_t limit);
+/* Checks the instance one last time and closes it. */
+void close_host(vpmm_driver_t *d);
+
+/* Asserts a call's result and the driver error and entry it recorded. */
+void expect_failure(vpmm_driver_t *d, vpmm_dres_t got, vpmm_dres_t want, int code,
+                    vpmm_drv_entry_t entry);
+/* Asserts that the instance holds nothing: no handle, mapping, reservation, event, graph or user
+ * object, and no touched byte. */
+void expect_empty(vpmm_driver_t *d);
+
+/* Counts destructor runs; checks the instance from inside the destructor (it must be consistent
+ * by then) and records instead of asserting (a longjmp out of a driver call would be wrong). */
+typedef struct dtor_log {
+    vpmm_driver_t *d;
+    int runs;
+    size_t bad_in_dtor;
+} dtor_log_t;
+
+/* The destructor that logs into a dtor_log_t. */
+void dtor(void *arg);
+/* A user object whose destructor is dtor(l); fails the test on error. */
+vpmm_drv_uobj_t uobj_new(vpmm_driver_t *d, dtor_log_t *l);
+
+/* The capture status of s (through capture_info); its capture id in *id when id is not NULL. */
+vpmm_capture_status_t capture_status(vpmm_driver_t *d, vpmm_stream_t s, uint64_t *id);
+
+#endif
