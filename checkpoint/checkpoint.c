@@ -142,8 +142,10 @@ vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *gp, vpmm_checkpoint_t **ou
         vpmm_i_set_error("vpmm_checkpoint_take: graph pool g%u is being captured into", gp->id);
         st = VPMM_ERROR_STREAM_CAPTURING;
     } else {
+        vpmm_i_nvtx_push(VPMM_NVTX_CHECKPOINT_TAKE, gp->id);
         ck->graph_pool = gp->id;
         st = snapshot(p, vpmm_gp_arena(gp), ck);
+        vpmm_i_nvtx_pop();
     }
     vpmm_i_unlock(p);
     if (st != VPMM_SUCCESS) {
@@ -462,6 +464,7 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
      * allocation on it 3. */
     VPMM_CHECK_GOTO(st, vpmm_i_rewrite_reserve(p, a, 2 * n + 1 + 4 * handles + 3 * n, w, n), out);
     /* Cannot fail from here. First the allocations on mapped memory, then the revived ones. */
+    vpmm_i_nvtx_push(VPMM_NVTX_CHECKPOINT_REAPPLY, n);
     for (size_t i = 0; i < n; i++)
         if (!revive[i])
             walked[nwalked++] = w[i];
@@ -472,6 +475,8 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
     for (size_t i = 0; i < n; i++)
         if (revive[i])
             place_revived(p, a, &w[i]);
+    vpmm_i_arena_nvtx_refresh(p, a); /* a tool sees exactly the checkpoint's allocations */
+    vpmm_i_nvtx_pop();
 out:
     vpmm_i_unlock(p);
     free(wk.scratch);

@@ -249,14 +249,16 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_
      * is done becomes ready, for this capture to reuse. */
     vpmm_g_collect(pool);
     vpmm_i_stream_poll_all(pool, NULL);
+    vpmm_i_nvtx_push(VPMM_NVTX_CAPTURE_BEGIN, gp ? gp->id : 0);
     st = vpmm_i_drv_status(pool, d->begin_capture(d, stream, (vpmm_capture_mode_t)mode));
-    if (st != VPMM_SUCCESS)
-        goto out;
-    st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
-    if (st == VPMM_SUCCESS)
-        st = record_new(pool, g, gp, stream, id, graph, &rec);
-    if (st != VPMM_SUCCESS)
-        abort_capture(pool, stream);
+    if (st == VPMM_SUCCESS) {
+        st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
+        if (st == VPMM_SUCCESS)
+            st = record_new(pool, g, gp, stream, id, graph, &rec);
+        if (st != VPMM_SUCCESS)
+            abort_capture(pool, stream);
+    }
+    vpmm_i_nvtx_pop();
 out:
     vpmm_i_unlock(pool);
     return st;
@@ -280,12 +282,14 @@ vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_gra
     st = capture_of(pool, stream, "vpmm_capture_end", &id);
     if (st != VPMM_SUCCESS)
         goto out;
+    vpmm_i_nvtx_push(VPMM_NVTX_CAPTURE_END, id);
     st = vpmm_i_drv_status(pool, d->end_capture(d, stream, out_graph));
     g = *vpmm_i_pool_graphs(pool);
     rec = g ? vpmm_cap_find(g, id) : NULL;
     if (rec != NULL && (st == VPMM_SUCCESS || capture_over(pool, stream, id)))
         record_end(pool, g, rec); /* a refused end of an invalidated capture ends it too */
     vpmm_g_collect(pool);
+    vpmm_i_nvtx_pop();
 out:
     vpmm_i_unlock(pool);
     return st;

@@ -93,6 +93,11 @@ typedef struct vpmm_config {
     int cache_percent;     /* VPMM_CACHE_PERCENT; cap on the exact-size cache, in percent of
                               mapped memory; -1 (default) = 10; 0 = no cache */
     int ignore_env;        /* nonzero: do not read VPMM_* variables */
+    size_t max_bytes;      /* VPMM_MAX_BYTES; 0 (default) = no cap; else mapped memory never
+                              exceeds it (rounded down to whole pages): past it, malloc reports
+                              VPMM_ERROR_OUT_OF_MEMORY */
+    int verbose;           /* VPMM_VERBOSE; -1 (default) = 0; 1 = print each out-of-memory report
+                              on stderr */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */
@@ -124,6 +129,13 @@ typedef struct vpmm_stats {
     uint64_t graph_pools;        /* graph pools alive (created or captured, not yet returned) */
     size_t private_mapped_bytes; /* of mapped_bytes, what graph pools hold */
     size_t private_live_bytes;   /* of live_bytes, what graph pools hold */
+    size_t largest_free_bytes;   /* the largest contiguous free region */
+    double utilization;          /* live_bytes / mapped_bytes (1 when nothing is mapped): how much
+                                    of the memory held is in use */
+    double fragmentation;        /* 1 - largest_free_bytes / free_bytes (0 when nothing is free):
+                                    how scattered the free memory is (a free span that large is
+                                    served without remapping) */
+    size_t max_bytes;            /* the cap on mapped_bytes (VPMM_MAX_BYTES); 0 = none */
 } vpmm_stats_t;
 
 /* A graph pool's statistics (vpmm_graph_pool_stats); its share of the pool's vpmm_stats_t. */
@@ -217,6 +229,15 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr);
  */
 vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream);
 
+/*
+ * Gives fully free pages back to the driver until the pool maps at most target_bytes (0: every
+ * free page it can). Only memory whose GPU work is known complete goes — synchronise first to
+ * release everything — and a graph pool's pages only while no graph uses it. Extra VA chunks that
+ * became empty are released too. *out_released (may be NULL) gets the bytes given back. A driver
+ * failure stops the trim and leaves the pool consistent (it keeps what it could not release).
+ */
+vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released);
+
 /* ---- introspection ----------------------------------------------------------------------- */
 
 /* The pool's statistics (graph pools included; a graph pool whose graphs are all gone is
@@ -238,6 +259,15 @@ vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out);
  * violations; each is described on report when report is not NULL. A NULL pool counts as one.
  */
 size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report);
+
+/*
+ * The report of the pool's latest out-of-memory failure (empty if none yet), copied into buf
+ * (truncated to len - 1 bytes, always terminated): one paragraph with what was asked, whether the
+ * device or the cap said no, what the pool maps, how much is live and free, its largest free
+ * span, what defragmentation could gather, what is pending on busy streams, zombies, holes, each
+ * graph pool, and what the device had free. VPMM_VERBOSE=1 prints each report on stderr.
+ */
+vpmm_status_t vpmm_pool_oom_report(const vpmm_pool_t *pool, char *buf, size_t len);
 
 /* "cuda" or "host". NULL for a NULL pool. */
 const char *vpmm_pool_backend_name(const vpmm_pool_t *pool);
@@ -303,8 +333,9 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_poo
 
 /*
  * Ends the capture on stream (cudaStreamEndCapture) and returns the graph; the caller owns it
- * (vpmm_graph_destroy, or cudaGraphDestroy on the CUDA backend). Memory freed during the capture becomes reusable by later captures. If the
- * capture was invalidated, returns VPMM_ERROR_DRIVER and *out_graph = NULL (CUDA discards it).
+ * (vpmm_graph_destroy, or cudaGraphDestroy on the CUDA backend). Memory freed during the capture
+ * becomes reusable by later captures. If the capture was invalidated, returns VPMM_ERROR_DRIVER and
+ * *out_graph = NULL (CUDA discards it).
  */
 vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_graph_t *out_graph);
 

@@ -203,7 +203,7 @@ vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t
             if (st == VPMM_ERROR_OUT_OF_MEMORY) {
                 p->c.ooms++;
                 a->c.ooms++;
-                vpmm_i_explain_oom(p, size);
+                vpmm_i_oom_report(p, size, stream);
             }
             return st;
         }
@@ -406,6 +406,20 @@ void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
         vpmm_side_t *e = vpmm_i_side_find(a, s);
         if (e != NULL)
             *e = a->side[--a->nside]; /* empty: s had no region left (refs == 0) */
+    }
+}
+
+void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
+{
+    if (!vpmm_i_nvtx_on)
+        return;
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
+        if (c->arena != a || c->nvtx_heap == NULL)
+            continue;
+        vpmm_i_nvtx_heap_reset_slow(c->nvtx_heap);
+        for (vpmm_region_t *r = c->first; r; r = r->next)
+            if (r->state == VPMM_REGION_ALLOCATED)
+                vpmm_i_nvtx_region_add(r);
     }
 }
 

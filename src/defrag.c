@@ -38,7 +38,8 @@ static void zombie_to_hole(vpmm_pool_t *p, vpmm_region_t *z, size_t done)
     vpmm_i_region_coalesce(p, z);
 }
 
-void vpmm_i_reclaim_zombies(vpmm_pool_t *p)
+/* Unmaps the zombies whose marker completed; stops at the first driver failure. */
+static void reclaim(vpmm_pool_t *p)
 {
     const size_t pg = p->page_size;
     vpmm_region_t *z = p->zombie_head;
@@ -75,6 +76,15 @@ void vpmm_i_reclaim_zombies(vpmm_pool_t *p)
             return; /* a driver failure: try again on a later slow path */
         z = next;
     }
+}
+
+void vpmm_i_reclaim_zombies(vpmm_pool_t *p)
+{
+    if (p->zombie_head == NULL)
+        return;
+    vpmm_i_nvtx_push(VPMM_NVTX_RECLAIM, p->c.zombie_bytes);
+    reclaim(p);
+    vpmm_i_nvtx_pop();
 }
 
 /* Other streams the caller must wait for: the latest marker of each whose memory it takes. */
@@ -178,6 +188,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     if (pages == NULL || waits == NULL)
         goto host_oom;
 
+    vpmm_i_nvtx_push(plan->npages > nnew ? VPMM_NVTX_DEFRAG : VPMM_NVTX_GROW, plan->npages * pg);
     if (plan->hole == NULL) {
         VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, plan->arena, plan->npages * pg, &chunk), fail);
         vpmm_i_plan_place_in(p, plan, chunk->first);
@@ -244,6 +255,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
         p->grow_frees_mark = p->c.frees;
     }
     vpmm_i_note_peaks(p);
+    vpmm_i_nvtx_pop();
     free(pages);
     free(waits);
     *out_span = span;
@@ -257,6 +269,7 @@ undo_chunk:
     if (chunk != NULL)
         vpmm_i_chunk_remove(p, chunk);
 fail:
+    vpmm_i_nvtx_pop();
     free(pages);
     free(waits);
     return st;

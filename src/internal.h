@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "driver.h"
+#include "nvtx.h"
 #include "status.h"
 #include "util.h"
 #include "vpmm.h"
@@ -139,6 +140,9 @@ vpmm_status_t vpmm_i_revive_check(const vpmm_pool_t *p, const vpmm_arena_t *a, u
 void vpmm_i_revive(vpmm_pool_t *p, vpmm_arena_t *a, uintptr_t lo, uintptr_t hi);
 vpmm_region_t *vpmm_i_region_containing(const vpmm_pool_t *p, const vpmm_arena_t *a,
                                         uintptr_t addr);
+/* NVTX (a tool attached): resets the heaps of a's chunks and registers their live allocations
+ * again, so the tool's view is exactly a's state (after a checkpoint reapply). */
+void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a);
 
 /* ---- hooks: the core calls graph/ -------------------------------------------------------- */
 

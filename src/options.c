@@ -24,6 +24,7 @@ vpmm_status_t vpmm_config_init(vpmm_config_t *config)
     config->backend = VPMM_BACKEND_AUTO;
     config->device = -1;
     config->cache_percent = -1;
+    config->verbose = -1;
     return VPMM_SUCCESS;
 }
 
@@ -179,9 +180,11 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_config_t defaults;
     vpmm_options_t o;
     size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0, env_cache = 0;
+    size_t env_max = 0, env_verbose = 0;
     vpmm_option_source_t page_src = VPMM_FROM_DEFAULT, va_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
-    vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT;
+    vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT, max_src = VPMM_FROM_DEFAULT;
+    vpmm_option_source_t verbose_src = VPMM_FROM_DEFAULT;
     vpmm_backend_t env_back = VPMM_BACKEND_AUTO;
 
     if (config == NULL) {
@@ -197,6 +200,10 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     if (config->cache_percent < -1 || config->cache_percent > 100) {
         vpmm_i_set_error("config.cache_percent=%d: expected -1 (default) or 0 to 100",
                          config->cache_percent);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
+    if (config->verbose < -1 || config->verbose > 1) {
+        vpmm_i_set_error("config.verbose=%d: expected -1 (default), 0 or 1", config->verbose);
         return VPMM_ERROR_INVALID_CONFIG;
     }
     if (config->device < -1) {
@@ -217,6 +224,9 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
                               "the emulated device memory must be positive"));
         VPMM_CHECK(env_number("VPMM_CACHE_PERCENT", &env_cache, &cache_src, 1, 0, 100,
                               "expected 0 to 100"));
+        VPMM_CHECK(env_number("VPMM_MAX_BYTES", &env_max, &max_src, 0, 0, SIZE_MAX, ""));
+        VPMM_CHECK(
+            env_number("VPMM_VERBOSE", &env_verbose, &verbose_src, 1, 0, 1, "expected 0 or 1"));
     }
 
     memset(&o, 0, sizeof o);
@@ -241,6 +251,9 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     else
         o.cache_percent =
             cache_src == VPMM_FROM_ENV ? (unsigned)env_cache : VPMM_DEFAULT_CACHE_PERCENT;
+    o.max_bytes = config->max_bytes ? config->max_bytes : env_max;
+    o.max_bytes_src = config->max_bytes ? VPMM_FROM_CONFIG : max_src;
+    o.verbose = config->verbose >= 0 ? config->verbose : (int)env_verbose;
     *out = o;
     return VPMM_SUCCESS;
 }
@@ -284,6 +297,24 @@ vpmm_status_t vpmm_i_options_finish(vpmm_options_t *o, size_t granularity)
                          knob(o->va_size_src, "VPMM_VA_SIZE", "config.va_size"), o->va_size,
                          vpmm_i_format_bytes(o->page_size, a, sizeof a));
         return knob_status(o->va_size_src);
+    }
+    if (o->max_bytes != 0) {
+        /* The cap counts whole pages (what the pool maps); below one page nothing fits. */
+        if (o->max_bytes < o->page_size) {
+            vpmm_i_set_error("%s=%zu: less than one page (%s)",
+                             knob(o->max_bytes_src, "VPMM_MAX_BYTES", "config.max_bytes"),
+                             o->max_bytes, vpmm_i_format_bytes(o->page_size, a, sizeof a));
+            return knob_status(o->max_bytes_src);
+        }
+        o->max_bytes = vpmm_align_down(o->max_bytes, o->page_size);
+        if (o->prealloc_pages > o->max_bytes / o->page_size) {
+            vpmm_i_set_error("%s=%zu: %zu pages of %s exceed the cap of %s",
+                             knob(o->prealloc_src, "VPMM_PAGES", "config.prealloc_pages"),
+                             o->prealloc_pages, o->prealloc_pages,
+                             vpmm_i_format_bytes(o->page_size, a, sizeof a),
+                             vpmm_i_format_bytes(o->max_bytes, b, sizeof b));
+            return knob_status(o->prealloc_src);
+        }
     }
     if (o->prealloc_pages > o->va_size / o->page_size) {
         vpmm_i_set_error("%s=%zu: %zu pages of %s do not fit in one VA chunk of %s",

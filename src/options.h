@@ -32,7 +32,9 @@ typedef struct vpmm_options {
     size_t prealloc_pages;
     size_t host_memory;
     unsigned cache_percent;
-    vpmm_option_source_t page_size_src, va_size_src, prealloc_src;
+    size_t max_bytes; /* 0: no cap; else a whole number of pages once finished */
+    int verbose;
+    vpmm_option_source_t page_size_src, va_size_src, prealloc_src, max_bytes_src;
 } vpmm_options_t;
 
 /*

@@ -299,6 +299,24 @@ void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole
 #define GROWTH_BIG_BYTES ((size_t)1 << 30)
 #define GROWTH_STREAK    8 /* 4 is the least both traces tolerate: twice that, for margin */
 
+/* Pages that may still be created under the pool's cap (opt.max_bytes; SIZE_MAX without one). */
+static size_t cap_room(const vpmm_pool_t *p)
+{
+    if (p->opt.max_bytes == 0)
+        return SIZE_MAX;
+    return (p->opt.max_bytes - VPMM_MIN(p->opt.max_bytes, p->c.mapped_bytes)) / p->page_size;
+}
+
+/* The plan's shortfall must fit under the cap, else the malloc is out of memory. */
+static vpmm_status_t cap_check(vpmm_pool_t *p, vpmm_plan_t *plan)
+{
+    if (plan->nnew <= cap_room(p))
+        return VPMM_SUCCESS;
+    p->oom_cap = 1; /* for the report: the cap, not the device, said no */
+    vpmm_i_plan_fini(plan);
+    return VPMM_ERROR_OUT_OF_MEMORY;
+}
+
 static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan)
 {
     const size_t pg = p->page_size;
@@ -314,6 +332,7 @@ static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan)
         size_t target = VPMM_MAX(p->c.mapped_bytes / pg / 4, plan->nnew);
         target = VPMM_MIN(target, VPMM_MAX(big, plan->nnew));
         target = VPMM_MIN(target, plan->nnew + (room - plan->npages));
+        target = VPMM_MAX(plan->nnew, VPMM_MIN(target, cap_room(p))); /* never past the cap */
         plan->npages += target - plan->nnew;
         plan->nnew = target;
         plan->unit = VPMM_MIN(target, big);
@@ -353,6 +372,7 @@ vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm
     }
     plan->nnew = need;
     plan->req_pages = pages_for(size, p->page_size);
+    VPMM_CHECK(cap_check(p, plan));
     plan_growth(p, plan);
     return VPMM_SUCCESS;
 }
@@ -383,6 +403,7 @@ vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_str
     }
     plan->nnew = need;
     plan->req_pages = pages_for(size, p->page_size);
+    VPMM_CHECK(cap_check(p, plan));
     plan->unit = plan->nnew * p->page_size >= GROWTH_BIG_BYTES
                      ? VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / p->page_size)
                      : 1;

@@ -114,6 +114,7 @@ static void pool_free_host(vpmm_pool_t *p)
     }
     vpmm_hmap_fini(&p->allocs);
     vpmm_hmap_fini(&p->maps);
+    free(p->unreleased);
     vpmm_i_region_slabs_free(p);
     if (p->owns_drv)
         p->drv->close(p->drv);
@@ -150,8 +151,13 @@ static vpmm_status_t pool_teardown(vpmm_pool_t *p)
         NOTE(TWICE(d->mem_unmap(d, ph->va, ph->size)));
         NOTE(TWICE(d->mem_release(d, ph->handle)));
     }
-    for (vpmm_chunk_t *c = p->chunks; c; c = c->next)
+    for (size_t i = 0; i < p->nunreleased; i++) /* a trim's failed releases (trim.c) */
+        NOTE(TWICE(d->mem_release(d, p->unreleased[i])));
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
         NOTE(TWICE(d->va_free(d, c->base, c->size)));
+        if (c->nvtx_heap != NULL)
+            vpmm_i_nvtx_heap_unregister_slow(c->nvtx_heap);
+    }
     NOTE(vpmm_i_stream_fini_all(p) == VPMM_SUCCESS);
 #undef NOTE
     return first;
@@ -165,6 +171,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     vpmm_status_t st;
     size_t gran;
 
+    vpmm_i_nvtx_init(); /* once per process: is a tool attached? */
     st = vpmm_i_status_from_dres(drv->granularity(drv, &gran));
     if (st != VPMM_SUCCESS) {
         vpmm_i_set_error("%s failed (driver error %d)", drv->last_call ? drv->last_call : "?",
@@ -314,23 +321,6 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     return st;
 }
 
-void vpmm_i_explain_oom(vpmm_pool_t *p, size_t size)
-{
-    char req[32], live[32], mapped[32], fr[32], dev[48] = "unknown";
-    size_t dfree, dtotal;
-    if (p->drv->mem_get_info(p->drv, &dfree, &dtotal) == VPMM_DRV_OK) {
-        char a[16], b[16];
-        snprintf(dev, sizeof dev, "%s of %s", vpmm_i_format_bytes(dfree, a, sizeof a),
-                 vpmm_i_format_bytes(dtotal, b, sizeof b));
-    }
-    vpmm_i_set_error("vpmm_malloc(%s): out of device memory; pool: live %s, mapped %s, free %s "
-                     "(fully free pages are reused before growing); device free %s",
-                     vpmm_i_format_bytes(size, req, sizeof req),
-                     vpmm_i_format_bytes(p->c.live_bytes, live, sizeof live),
-                     vpmm_i_format_bytes(p->c.mapped_bytes, mapped, sizeof mapped),
-                     vpmm_i_format_bytes(p->c.free_bytes, fr, sizeof fr), dev);
-}
-
 vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
 {
     vpmm_capture_status_t cap;
@@ -392,7 +382,7 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
             if (st != VPMM_SUCCESS) {
                 if (st == VPMM_ERROR_OUT_OF_MEMORY) {
                     pool->c.ooms++;
-                    vpmm_i_explain_oom(pool, size);
+                    vpmm_i_oom_report(pool, size, stream);
                 }
                 goto out;
             }

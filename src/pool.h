@@ -84,6 +84,8 @@ struct vpmm_chunk {
     size_t size;
     vpmm_arena_t *arena;  /* the arena that owns it */
     unsigned index;       /* reservation order, for dumps */
+    void *nvtx_heap;      /* its NVTX heap (nvtx.h), registered at its first allocation */
+    int nvtx_tried;       /* that registration was attempted (a tool may decline: NULL) */
     vpmm_region_t *first; /* lowest region */
     vpmm_chunk_t *next;
 };
@@ -192,6 +194,8 @@ struct vpmm_pool {
     vpmm_hmap_t maps;   /* page address -> phys (live and zombie mappings) */
     vpmm_phys_t *phys_head;
     size_t phys_count;
+    vpmm_drv_handle_t *unreleased; /* unmapped handles whose release failed (trim.c) */
+    size_t nunreleased, unreleased_cap;
 
     vpmm_strm_t *streams;     /* live (not retired) streams */
     vpmm_strm_t *retired;     /* retired streams still referenced */
@@ -212,6 +216,8 @@ struct vpmm_pool {
     size_t grow_req;          /* pages of the request behind the last growth */
     uint64_t grow_frees_mark; /* c.frees at the last growth */
     size_t cache_limit;       /* cached_bytes may not exceed it: opt.cache_percent of mapped */
+    int oom_cap;              /* the last out-of-memory came from opt.max_bytes (report.c) */
+    char oom_report[1536];    /* the last out-of-memory report (report.c) */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
     const char *drv_call;
@@ -226,8 +232,13 @@ struct vpmm_pool {
 vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
                                     vpmm_pool_t **out);
 
-/* The out-of-memory message: what was asked, what the pool holds, what the device has left. */
-void vpmm_i_explain_oom(vpmm_pool_t *p, size_t size);
+/* ---- report (report.c) ---------------------------------------------------------------------- */
+
+/* Writes the out-of-memory report of a failed malloc (oom_report, vpmm_last_error, stderr when
+ * verbose): what was asked, what the pool holds and where, what the device has left. */
+void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream);
+/* The largest free region of arena `only`, or of the whole pool when NULL. */
+size_t vpmm_i_largest_free(const vpmm_pool_t *p, const vpmm_arena_t *only);
 
 /* ---- regions and indexes (region.c) -------------------------------------------------------- */
 
@@ -236,6 +247,9 @@ vpmm_status_t vpmm_i_region_reserve(vpmm_pool_t *p, size_t n);
 vpmm_region_t *vpmm_i_region_take(vpmm_pool_t *p);
 void vpmm_i_region_give(vpmm_pool_t *p, vpmm_region_t *r);
 void vpmm_i_region_slabs_free(vpmm_pool_t *p);
+
+/* NVTX: registers allocation r as a region of its chunk's heap (nvtx.h; tool attached only). */
+void vpmm_i_nvtx_region_add(vpmm_region_t *r);
 
 /* An allocation's counters, once it has left the allocation table (vpmm_free's one probe). */
 void vpmm_i_alloc_forget(vpmm_pool_t *p, vpmm_region_t *r);

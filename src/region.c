@@ -140,6 +140,18 @@ static void arena_count(vpmm_arena_t *a, const vpmm_region_t *r, int sign)
     *bytes += sign > 0 ? r->size : -r->size;
 }
 
+/* NVTX (a tool attached): an allocation is a region of its chunk's heap, registered lazily. */
+void vpmm_i_nvtx_region_add(vpmm_region_t *r)
+{
+    vpmm_chunk_t *c = r->chunk;
+    if (!c->nvtx_tried) {
+        c->nvtx_heap = vpmm_i_nvtx_heap_slow(c->base, c->size);
+        c->nvtx_tried = 1;
+    }
+    if (c->nvtx_heap != NULL)
+        vpmm_i_nvtx_region_slow(c->nvtx_heap, r->addr, r->requested);
+}
+
 void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
 {
     vpmm_arena_t *a = vpmm_i_arena_of(r);
@@ -151,6 +163,8 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
         p->c.live_bytes += r->requested;
         p->c.live_allocs++;
         r->stream->refs++;
+        if (VPMM_UNLIKELY(vpmm_i_nvtx_on))
+            vpmm_i_nvtx_region_add(r);
         break;
     case VPMM_REGION_FREE:
         p->c.free_bytes += r->size;
@@ -194,6 +208,8 @@ void vpmm_i_alloc_forget(vpmm_pool_t *p, vpmm_region_t *r)
     r->stream->refs--;
     if (VPMM_UNLIKELY(a->priv))
         arena_count(a, r, -1);
+    if (VPMM_UNLIKELY(vpmm_i_nvtx_on) && r->chunk->nvtx_heap != NULL)
+        vpmm_i_nvtx_unregion_slow(r->addr);
 }
 
 void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)

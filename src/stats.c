@@ -54,7 +54,12 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
         .graph_pools = pool->private_count,
         .private_mapped_bytes = private_mapped,
         .private_live_bytes = private_live,
+        .largest_free_bytes = vpmm_i_largest_free(pool, NULL),
+        .max_bytes = pool->opt.max_bytes,
     };
+    out->utilization = c->mapped_bytes ? (double)c->live_bytes / (double)c->mapped_bytes : 1.0;
+    out->fragmentation =
+        c->free_bytes ? 1.0 - (double)out->largest_free_bytes / (double)c->free_bytes : 0.0;
     vpmm_i_unlock(pool);
     return VPMM_SUCCESS;
 }

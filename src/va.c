@@ -85,6 +85,8 @@ vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c)
 {
     vpmm_chunk_t **link;
     VPMM_CHECK(vpmm_i_drv_status(p, p->drv->va_free(p->drv, c->base, c->size)));
+    if (c->nvtx_heap != NULL)
+        vpmm_i_nvtx_heap_unregister_slow(c->nvtx_heap);
     vpmm_i_index_del(p, c->first);
     vpmm_i_region_give(p, c->first);
     for (link = &p->chunks; *link != c; link = &(*link)->next)

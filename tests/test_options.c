@@ -19,10 +19,9 @@
 #include "options.h"
 #include "test_util.h"
 
-static const char *const env_vars[] = {
-    "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
-    "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT"
-};
+static const char *const env_vars[] = { "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
+                                        "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT",
+                                        "VPMM_MAX_BYTES", "VPMM_VERBOSE" };
 
 static void unset_all(void)
 {
@@ -447,6 +446,10 @@ static const bad_env_t bad_envs[] = {
     { "VPMM_BACKEND", "" },
     { "VPMM_HOST_MEMORY", "0" },
     { "VPMM_HOST_MEMORY", "1.5G" },
+    { "VPMM_MAX_BYTES", "lots" },
+    { "VPMM_MAX_BYTES", "-4G" },
+    { "VPMM_VERBOSE", "2" },
+    { "VPMM_VERBOSE", "yes" },
 };
 
 /* The message names the variable and shows its value ('' for an empty one). */
@@ -530,6 +533,42 @@ static void test_resolve_bad_env_despite_config(void **state)
                      bad_envs[i].name, bad_envs[i].value, vpmm_status_name(st));
         assert_names_bad_env(&bad_envs[i]);
     }
+}
+
+/* VPMM_MAX_BYTES and VPMM_VERBOSE: parsed, the config wins, the cap is whole pages and at least
+ * one, and preallocation must fit under it. */
+static void test_cap_and_verbose(void **state)
+{
+    vpmm_config_t c;
+    vpmm_options_t o;
+    (void)state;
+    set_env("VPMM_MAX_BYTES", "7M");
+    set_env("VPMM_VERBOSE", "1");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.max_bytes, 7 * MiB);
+    assert_int_equal(o.verbose, 1);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
+    assert_int_equal(o.max_bytes, 6 * MiB); /* whole pages */
+    vpmm_config_init(&c);
+    c.max_bytes = 64 * MiB;
+    c.verbose = 0;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.max_bytes, 64 * MiB);
+    assert_int_equal(o.verbose, 0);
+    unset_all();
+    set_env("VPMM_MAX_BYTES", "1M");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_MAX_BYTES=1048576: less than one page");
+    c.max_bytes = 4 * MiB;
+    c.prealloc_pages = 3;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("exceed the cap of 4 MiB");
+    vpmm_config_init(&c);
+    c.verbose = 2;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("config.verbose=2");
 }
 
 /* ---- vpmm_i_options_resolve: bad config ------------------------------------------------------ */
@@ -1032,6 +1071,7 @@ int main(void)
         ENV_TEST(test_resolve_bad_env),
         ENV_TEST(test_resolve_bad_env_messages),
         ENV_TEST(test_resolve_bad_env_despite_config),
+        ENV_TEST(test_cap_and_verbose),
         ENV_TEST(test_resolve_bad_config),
         ENV_TEST(test_resolve_bad_config_before_bad_env),
         ENV_TEST(test_finish_page_defaults_to_granularity),

@@ -252,9 +252,10 @@ static void test_oom_leaves_pool_unchanged(void **state)
     assert_int_equal(vpmm_malloc(t.pool, 6 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
     assert_null(p);
     print_message("%s\n", vpmm_last_error());
-    assert_non_null(strstr(vpmm_last_error(), "vpmm_malloc(6 MiB): out of device memory"));
-    assert_non_null(strstr(vpmm_last_error(), "live 5 MiB, mapped 6 MiB, free 1 MiB"));
-    assert_non_null(strstr(vpmm_last_error(), "device free 2 MiB of 8 MiB"));
+    /* The first sentence of the report (test_report.c tests the rest). */
+    assert_string_equal(vpmm_last_error(),
+                        "vpmm_malloc(6 MiB) on the legacy stream: out of memory: the device has "
+                        "2 MiB free of 8 MiB.");
     after = tsnap(t.pool);
     /* Only the OOM counter moved. */
     assert_int_equal(after.stats.ooms, before.stats.ooms + 1);

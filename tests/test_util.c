@@ -31,6 +31,7 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     cfg.page_size = params->page_size;
     cfg.va_size = params->va_size ? params->va_size : 32 * GiB; /* fits under valgrind too */
     cfg.prealloc_pages = params->prealloc;
+    cfg.max_bytes = params->max_bytes;
     if (params->cache_percent != 0)
         cfg.cache_percent = params->cache_percent < 0 ? 0 : params->cache_percent;
     assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
@@ -158,7 +159,7 @@ void assert_driver_matches_pool(const tpool_t *t)
         for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
             events += (size_t)(s->recorded - s->completed);
     vpmm_fault_live(t->fault, &live);
-    assert_int_equal(live.handles, p->phys_count);
+    assert_int_equal(live.handles, p->phys_count + p->nunreleased);
     assert_int_equal(live.mappings, p->phys_count + zombie_maps);
     assert_int_equal(live.reservations, p->chunk_count);
     assert_int_equal(live.events, events);

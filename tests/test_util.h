@@ -39,6 +39,7 @@ typedef struct tpool_params {
     size_t prealloc;     /* VPMM_PAGES */
     size_t memory_limit; /* 0 = 80 GiB */
     int cache_percent;   /* 0 = the pool's default, -1 = no cache, else the cap in percent */
+    size_t max_bytes;    /* VPMM_MAX_BYTES: 0 = no cap */
 } tpool_params_t;
 
 /* Opens a test pool; fails the test on error. */

@@ -1,0 +1,182 @@
+/*
+ * report.c — the out-of-memory report and the pool-wide figures behind it: the largest free
+ * span, what defragmentation could gather, utilization and fragmentation.
+ *
+ * When a malloc fails for lack of memory, vpmm_i_oom_report writes one paragraph into the pool
+ * (vpmm_pool_oom_report copies it out; VPMM_VERBOSE=1 also prints it on stderr) with the figures
+ * a person needs to decide what to change: what was asked; whether the device or the pool's cap
+ * (VPMM_MAX_BYTES) said no; what the pool maps, how much is live, free, in its largest free span,
+ * in whole free pages (what defragmentation can gather without new memory) and still pending on
+ * busy streams; zombies and holes; what each graph pool holds; what the device had free.
+ * vpmm_last_error() gets its first sentence.
+ *
+ * Definitions (docs/OBSERVABILITY.md): utilization = live bytes / mapped bytes; fragmentation =
+ * 1 - largest free span / free bytes. Called under the pool lock; the walks are O(regions) and run
+ * only on the OOM path and in vpmm_get_stats' largest-span search (O(trees + cached sizes)).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pool.h"
+
+static size_t tree_max(const vpmm_rbtree_t *t)
+{
+    const vpmm_rb_node_t *n = vpmm_rb_last(t);
+    return n ? VPMM_CONTAINER_OF(n, vpmm_region_t, node)->size : 0;
+}
+
+/* The largest cached region of s: the largest size key with a non-empty list. */
+static size_t cache_max(const vpmm_strm_t *s)
+{
+    size_t best = 0, pos;
+    uint64_t key;
+    void *val;
+    if (s->cached_bytes == 0)
+        return 0;
+    for (pos = vpmm_hmap_next(&s->cache, 0, &key, &val); pos < s->cache.cap;
+         pos = vpmm_hmap_next(&s->cache, pos + 1, &key, &val))
+        if (val != NULL && key > best)
+            best = key;
+    return best;
+}
+
+size_t vpmm_i_largest_free(const vpmm_pool_t *p, const vpmm_arena_t *only)
+{
+    const vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    size_t best = 0;
+    if (only == NULL || only == &p->shared) {
+        best = tree_max(&p->shared.ready);
+        for (int l = 0; l < 2; l++)
+            for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
+                best = VPMM_MAX(best, VPMM_MAX(tree_max(&s->free_tree), cache_max(s)));
+    }
+    for (const vpmm_arena_t *a = p->privates; a; a = a->next) {
+        if (only != NULL && only != a)
+            continue;
+        best = VPMM_MAX(best, tree_max(&a->ready));
+        for (size_t i = 0; i < a->nside; i++)
+            best = VPMM_MAX(best, tree_max(&a->side[i].tree));
+    }
+    return best;
+}
+
+/* Bytes of whole pages lying in free regions of arena a, and of them, pending ones. */
+static void free_pages_of(const vpmm_pool_t *p, const vpmm_arena_t *a, size_t *whole,
+                          size_t *pending)
+{
+    const size_t pg = p->page_size;
+    for (const vpmm_chunk_t *c = p->chunks; c; c = c->next) {
+        if (c->arena != a)
+            continue;
+        for (const vpmm_region_t *r = c->first; r; r = r->next) {
+            uintptr_t lo = vpmm_align_up(r->addr, pg), hi = vpmm_align_down(r->addr + r->size, pg);
+            if (r->state != VPMM_REGION_FREE)
+                continue;
+            if (!r->ready)
+                *pending += r->size;
+            if (hi > lo)
+                *whole += hi - lo;
+        }
+    }
+}
+
+/* Appends to a fixed buffer, truncating. */
+typedef struct text {
+    char *buf;
+    size_t len, used;
+} text_t;
+
+__attribute__((format(printf, 2, 3))) static void put(text_t *t, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    if (t->used + 1 >= t->len)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(t->buf + t->used, t->len - t->used, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        t->used = VPMM_MIN(t->len - 1, t->used + (size_t)n);
+}
+
+/* Byte counts formatted into rotating buffers: a call is a sequence point, so several may
+ * appear in one argument list (12 at most). */
+typedef struct sizes {
+    char buf[12][32];
+    unsigned next;
+} sizes_t;
+
+static const char *fmt_bytes(sizes_t *z, size_t bytes)
+{
+    char *b = z->buf[z->next++ % 12];
+    return vpmm_i_format_bytes(bytes, b, sizeof z->buf[0]);
+}
+
+#define B(x) fmt_bytes(&z, (x))
+
+void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
+{
+    sizes_t z = { .next = 0 };
+    text_t t = { p->oom_report, sizeof p->oom_report, 0 };
+    size_t dfree = 0, dtotal = 0, whole = 0, pending = 0, first_end;
+    int have_dev = p->drv->mem_get_info(p->drv, &dfree, &dtotal) == VPMM_DRV_OK;
+
+    free_pages_of(p, &p->shared, &whole, &pending);
+    if (vpmm_i_stream_is_legacy(stream))
+        put(&t, "vpmm_malloc(%s) on the legacy stream: out of memory: ", B(size));
+    else
+        put(&t, "vpmm_malloc(%s) on stream %p: out of memory: ", B(size), (void *)stream);
+    if (p->oom_cap)
+        put(&t, "the pool's cap (VPMM_MAX_BYTES = %s) leaves room for %s more.",
+            B(p->opt.max_bytes),
+            B(p->opt.max_bytes - VPMM_MIN(p->opt.max_bytes, p->c.mapped_bytes)));
+    else if (have_dev)
+        put(&t, "the device has %s free of %s.", B(dfree), B(dtotal));
+    else
+        put(&t, "the device refused more memory.");
+    first_end = t.used;
+    put(&t,
+        " The pool maps %s: %s live in %llu allocations (%s requested) and %s free, whose largest "
+        "span is %s; %s of the shared pool's free memory is in whole pages that defragmentation "
+        "gathers without new memory, %s is still pending on streams whose work is not done.",
+        B(p->c.mapped_bytes), B(p->c.allocated_bytes), (unsigned long long)p->c.live_allocs,
+        B(p->c.live_bytes), B(p->c.free_bytes), B(vpmm_i_largest_free(p, NULL)), B(whole),
+        B(pending));
+    put(&t,
+        " Zombies (old addresses of remapped pages, until the GPU is done): %s; reserved VA "
+        "in holes: %s.",
+        B(p->c.zombie_bytes), B(p->c.hole_bytes));
+    if (p->privates != NULL) {
+        put(&t, " Graph pools:");
+        for (const vpmm_arena_t *a = p->privates; a; a = a->next)
+            put(&t, " g%u maps %s (%s live, %s free, %s)%s", a->id,
+                B(a->c.allocated_bytes + a->c.free_bytes), B(a->c.live_bytes), B(a->c.free_bytes),
+                a->pinned || a->captures ? "pinned by its graphs" : "idle: its free pages can go",
+                a->next ? ";" : ".");
+    }
+    if (p->oom_cap)
+        put(&t, " To make room: free what is no longer needed, or raise VPMM_MAX_BYTES.");
+    else
+        put(&t, " To make room: free what is no longer needed, synchronise streams with pending "
+                "frees, destroy graphs no longer replayed, or vpmm_trim other pools on this "
+                "device.");
+    vpmm_i_set_error("%.*s", (int)VPMM_MIN(first_end, 255), p->oom_report);
+    if (p->opt.verbose)
+        fprintf(stderr, "vpmm: %s\n", p->oom_report);
+    p->oom_cap = 0;
+}
+
+vpmm_status_t vpmm_pool_oom_report(const vpmm_pool_t *pool, char *buf, size_t len)
+{
+    if (pool == NULL || (buf == NULL && len > 0)) {
+        vpmm_i_set_error("vpmm_pool_oom_report: %s is NULL", pool == NULL ? "pool" : "buf");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (len == 0)
+        return VPMM_SUCCESS;
+    vpmm_i_lock(pool);
+    snprintf(buf, len, "%s", pool->oom_report);
+    vpmm_i_unlock(pool);
+    return VPMM_SUCCESS;
+}

@@ -1,0 +1,187 @@
+/*
+ * trim.c — vpmm_trim: giving fully free pages back to the driver.
+ *
+ * A pool keeps the pages it maps: reusing them is what makes malloc cheap. vpmm_trim gives back
+ * the free ones, all of them or until the pool maps no more than a byte target: first it makes
+ * every free page it can see free (flushes the exact-size caches, unmaps zombies whose GPU work is
+ * done, polls every stream's markers), then releases whole handles lying entirely in *ready* free
+ * memory of the shared pool and of idle graph pools (memory still pending on a busy stream, or
+ * held by a graph pool a graph uses, stays). Their VA becomes hole; extra shared chunks that
+ * became one whole hole are given back too.
+ *
+ * Per handle: unmap, then release. If the unmap fails nothing changed. If the release fails
+ * twice the handle is mapped back (nothing changed); if even that fails, the handle — unmapped,
+ * its memory not yet returned — goes to pool->unreleased, retried by every later trim and by the
+ * pool's destruction, so a driver failure loses track of nothing. Called with the pool lock.
+ */
+#include <stdlib.h>
+
+#include "pool.h"
+
+/* Retries the releases that failed before; keeps those that fail again. */
+static vpmm_status_t retry_unreleased(vpmm_pool_t *p)
+{
+    vpmm_status_t st = VPMM_SUCCESS;
+    size_t kept = 0;
+    for (size_t i = 0; i < p->nunreleased; i++) {
+        vpmm_status_t r = vpmm_i_drv_status(p, p->drv->mem_release(p->drv, p->unreleased[i]));
+        if (r != VPMM_SUCCESS) {
+            p->unreleased[kept++] = p->unreleased[i];
+            st = st == VPMM_SUCCESS ? r : st;
+        }
+    }
+    p->nunreleased = kept;
+    return st;
+}
+
+/* Whether ph is a whole handle inside the ready free region r, with no zombie mapping. */
+static int releasable(const vpmm_phys_t *ph, const vpmm_region_t *r)
+{
+    return ph->zombie_maps == 0 && ph->va >= r->addr && ph->va + ph->size <= r->addr + r->size;
+}
+
+/* Handles of arena a that lie wholly in its ready free memory (address order). */
+static vpmm_status_t candidates(vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_phys_t ***out,
+                                size_t *n, size_t *cap)
+{
+    const size_t pg = p->page_size;
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
+        if (c->arena != a)
+            continue;
+        for (vpmm_region_t *r = c->first; r; r = r->next) {
+            uintptr_t at = vpmm_align_up(r->addr, pg);
+            if (r->state != VPMM_REGION_FREE || !r->ready)
+                continue;
+            while (at + pg <= r->addr + r->size) {
+                vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+                if (ph->va == at && releasable(ph, r)) {
+                    if (*n == *cap) {
+                        size_t ncap = *cap ? *cap * 2 : 64;
+                        vpmm_phys_t **g = realloc(*out, ncap * sizeof *g);
+                        if (g == NULL) {
+                            vpmm_i_set_error("vpmm_trim: out of host memory");
+                            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+                        }
+                        *out = g;
+                        *cap = ncap;
+                    }
+                    (*out)[(*n)++] = ph;
+                }
+                at = ph->va == at ? at + ph->size : at + pg;
+            }
+        }
+    }
+    return VPMM_SUCCESS;
+}
+
+/*
+ * The handle's range leaves its free region and becomes hole:
+ *
+ *   [...... ready free ......]  ->  [free][ hole ][free]      (a piece may be empty)
+ */
+static void forget_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
+{
+    vpmm_region_t *r = vpmm_i_region_find(p, ph->va), *mid = r;
+    const uintptr_t lo = ph->va, hi = ph->va + ph->size;
+
+    vpmm_i_index_del(p, r);
+    if (lo > r->addr) {
+        mid = vpmm_i_region_split(p, r, lo);
+        vpmm_i_index_add(p, r);
+    }
+    if (mid->addr + mid->size > hi)
+        vpmm_i_index_add(p, vpmm_i_region_split(p, mid, hi));
+    mid->state = VPMM_REGION_HOLE;
+    mid->ready = 0;
+    mid->stream = NULL;
+    vpmm_i_index_add(p, mid);
+    vpmm_i_region_coalesce(p, mid);
+
+    for (size_t off = 0; off < ph->size; off += p->page_size)
+        vpmm_hmap_remove(&p->maps, ph->va + off);
+    if (ph->prev)
+        ph->prev->next = ph->next;
+    else
+        p->phys_head = ph->next;
+    if (ph->next)
+        ph->next->prev = ph->prev;
+    p->phys_count--;
+    p->c.mapped_bytes -= ph->size;
+    p->c.pages_released += ph->size / p->page_size;
+    free(ph);
+}
+
+/* Unmaps and releases one handle; on failure the pool is as it was (see the head comment). */
+static vpmm_status_t release_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
+{
+    vpmm_driver_t *d = p->drv;
+    VPMM_CHECK(vpmm_i_drv_status(p, d->mem_unmap(d, ph->va, ph->size)));
+    if (d->mem_release(d, ph->handle) != VPMM_DRV_OK &&
+        d->mem_release(d, ph->handle) != VPMM_DRV_OK) {
+        vpmm_status_t st = vpmm_i_drv_status(p, VPMM_DRV_ERROR);
+        if (d->mem_map(d, ph->va, ph->size, ph->handle, 0) == VPMM_DRV_OK) {
+            if (d->set_access(d, ph->va, ph->size) == VPMM_DRV_OK)
+                return st; /* mapped back: nothing changed */
+            (void)d->mem_unmap(d, ph->va, ph->size);
+        }
+        /* Unmapped for good, not yet released: keep the handle for a later retry. */
+        p->unreleased[p->nunreleased++] = ph->handle;
+        forget_handle(p, ph);
+        return st;
+    }
+    forget_handle(p, ph);
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
+{
+    vpmm_phys_t **cand = NULL;
+    size_t n = 0, cap = 0, before;
+    vpmm_status_t st;
+
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_trim: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    before = pool->c.mapped_bytes;
+    vpmm_g_collect(pool);
+    vpmm_i_cache_flush_all(pool);
+    vpmm_i_reclaim_zombies(pool);
+    vpmm_i_stream_poll_all(pool, NULL);
+    st = retry_unreleased(pool);
+    if (st == VPMM_SUCCESS)
+        st = candidates(pool, &pool->shared, &cand, &n, &cap);
+    for (vpmm_arena_t *a = pool->privates; a && st == VPMM_SUCCESS; a = a->next)
+        if (!a->pinned && a->captures == 0)
+            st = candidates(pool, a, &cand, &n, &cap);
+    /* Room first, so that nothing below needs host memory. */
+    if (st == VPMM_SUCCESS)
+        st = vpmm_i_region_reserve(pool, 2 * n + 2);
+    if (st == VPMM_SUCCESS && pool->unreleased_cap < pool->nunreleased + n) {
+        vpmm_drv_handle_t *u = realloc(pool->unreleased, (pool->nunreleased + n) * sizeof *u);
+        if (u == NULL) {
+            vpmm_i_set_error("vpmm_trim: out of host memory");
+            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        } else {
+            pool->unreleased = u;
+            pool->unreleased_cap = pool->nunreleased + n;
+        }
+    }
+    if (n > 0 && pool->c.mapped_bytes > target_bytes) {
+        size_t bytes = 0;
+        for (size_t i = 0; i < n; i++)
+            bytes += cand[i]->size;
+        vpmm_i_nvtx_push(VPMM_NVTX_TRIM, VPMM_MIN(bytes, pool->c.mapped_bytes - target_bytes));
+        for (size_t i = 0; i < n && st == VPMM_SUCCESS && pool->c.mapped_bytes > target_bytes; i++)
+            st = release_handle(pool, cand[i]);
+        vpmm_i_nvtx_pop();
+    }
+    vpmm_i_chunk_trim(pool, 1);
+    vpmm_i_cache_limit_update(pool);
+    if (out_released != NULL)
+        *out_released = before - pool->c.mapped_bytes;
+    vpmm_i_unlock(pool);
+    free(cand);
+    return st;
+}

@@ -1,0 +1,184 @@
+/*
+ * test_report.c — the out-of-memory report and the figures behind it (src/report.c): the largest
+ * free span (ready, pending, cached and graph-pool memory all count), utilization and
+ * fragmentation in vpmm_get_stats, the report's paragraph for a device refusal and for the cap
+ * (VPMM_MAX_BYTES), graph pools in it, VPMM_VERBOSE printing it on stderr, and bad arguments.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+static void report_of(vpmm_pool_t *pool, char *buf, size_t len)
+{
+    assert_int_equal(vpmm_pool_oom_report(pool, buf, len), VPMM_SUCCESS);
+    print_message("%s\n", buf);
+}
+
+static void test_figures(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_stats_t st;
+    void *a, *b, *c, *d;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    st = tstats(t.pool);
+    assert_int_equal(st.largest_free_bytes, 0);
+    assert_true(st.utilization == 1.0 && st.fragmentation == 0.0); /* nothing mapped, none free */
+
+    a = tmalloc(t.pool, 3 * MiB, s);
+    b = tmalloc(t.pool, 1 * MiB, s); /* 4 MiB mapped, all live */
+    st = tstats(t.pool);
+    assert_int_equal(st.largest_free_bytes, 0);
+    assert_true(st.utilization == 1.0);
+    tfree(t.pool, a); /* cached on s: still a free span of 3 MiB */
+    st = tstats(t.pool);
+    assert_int_equal(st.largest_free_bytes, 3 * MiB);
+    assert_true(st.utilization == 0.25);
+    assert_true(st.fragmentation == 0.0); /* one free piece */
+    tfree(t.pool, b);
+    /* Two pages in four 1 MiB blocks; the first and third freed: two separate 1 MiB pieces. */
+    a = tmalloc(t.pool, 4 * MiB, s); /* takes the free 4 MiB back */
+    tfree(t.pool, a);
+    {
+        void *q[4];
+        for (int i = 0; i < 4; i++)
+            q[i] = tmalloc(t.pool, 1 * MiB, s);
+        tfree(t.pool, q[0]);
+        tfree(t.pool, q[2]);
+        st = tstats(t.pool);
+        assert_int_equal(st.free_bytes, 2 * MiB);
+        assert_int_equal(st.largest_free_bytes, 1 * MiB);
+        assert_true(st.fragmentation == 0.5);
+        assert_true(st.utilization == 0.5);
+        tfree(t.pool, q[1]);
+        tfree(t.pool, q[3]);
+    }
+    (void)c;
+    (void)d;
+    tpool_close(&t);
+}
+
+static void test_device_refusal(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    char buf[2048];
+    void *a, *b, *p = NULL;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .memory_limit = 8 * MiB });
+    s = vpmm_host_stream_create(t.host);
+    report_of(t.pool, buf, sizeof buf);
+    assert_string_equal(buf, ""); /* none yet */
+    a = tmalloc(t.pool, 3 * MiB, s);
+    b = tmalloc(t.pool, 2 * MiB, s);
+    tfree(t.pool, a); /* 3 MiB free, pending on s */
+    assert_int_equal(vpmm_malloc(t.pool, 9 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    report_of(t.pool, buf, sizeof buf);
+    assert_non_null(strstr(buf, "out of memory: the device has 2 MiB free of 8 MiB."));
+    assert_non_null(strstr(buf, "The pool maps 6 MiB: 2 MiB live in 1 allocations"));
+    /* a's 3 MiB and the 1 MiB after b are not adjacent; a covers one whole page. */
+    assert_non_null(strstr(buf, "and 4 MiB free, whose largest span is 3 MiB; 2 MiB of the shared "
+                                "pool's free memory is in whole pages that defragmentation "
+                                "gathers without new memory, 4 MiB is still pending"));
+    assert_non_null(strstr(buf, "Zombies"));
+    assert_non_null(strstr(buf, "To make room"));
+    assert_null(strstr(buf, "Graph pools"));
+    /* A shorter buffer gets a terminated prefix. */
+    assert_int_equal(vpmm_pool_oom_report(t.pool, buf, 10), VPMM_SUCCESS);
+    assert_int_equal(strlen(buf), 9);
+    assert_int_equal(vpmm_pool_oom_report(t.pool, NULL, 0), VPMM_SUCCESS);
+    assert_int_equal(vpmm_pool_oom_report(t.pool, NULL, 5), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_pool_oom_report(NULL, buf, sizeof buf), VPMM_ERROR_INVALID_ARGUMENT);
+    tfree(t.pool, b);
+    tpool_close(&t);
+}
+
+static void test_cap_and_graph_pools(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_graph_pool_t *gp;
+    vpmm_graph_t g;
+    char buf[2048];
+    void *a, *priv, *p = NULL;
+    vpmm_stats_t st;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .max_bytes = 10 * MiB + 1 }); /* a cap of 5 pages */
+    s = vpmm_host_stream_create(t.host);
+    assert_int_equal(tstats(t.pool).max_bytes, 10 * MiB);
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    assert_int_equal(vpmm_capture_begin(t.pool, gp, s, 0), VPMM_SUCCESS);
+    priv = tmalloc(t.pool, 3 * MiB, s); /* the graph pool maps 4 MiB */
+    assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_SUCCESS);
+    a = tmalloc(t.pool, 5 * MiB, NULL); /* 6 MiB more: 10 MiB, the cap */
+    assert_int_equal(vpmm_malloc(t.pool, 2 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    CHECK_POOL(t.pool);
+    report_of(t.pool, buf, sizeof buf);
+    assert_non_null(strstr(buf, "vpmm_malloc(2 MiB) on the legacy stream: out of memory: the "
+                                "pool's cap (VPMM_MAX_BYTES = 10 MiB) leaves room for 0 B more."));
+    assert_non_null(strstr(buf, "Graph pools: g"));
+    assert_non_null(strstr(buf, "maps 4 MiB (3 MiB live, 1 MiB free, pinned by its graphs)."));
+    assert_non_null(strstr(buf, "raise VPMM_MAX_BYTES"));
+    assert_non_null(strstr(vpmm_last_error(), "VPMM_MAX_BYTES = 10 MiB"));
+    st = tstats(t.pool);
+    assert_int_equal(st.mapped_bytes, 10 * MiB);
+    assert_int_equal(st.ooms, 1);
+    /* 1 MiB is still free in the last shared page: a small request fits under the cap. */
+    p = tmalloc(t.pool, 512 * KiB, NULL);
+    tfree(t.pool, p);
+    tfree(t.pool, a);
+    tfree(t.pool, priv);
+    assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/* VPMM_VERBOSE=1 prints the report on stderr (captured here through a temporary file). */
+static void test_verbose_prints(void **state)
+{
+    vpmm_config_t cfg;
+    vpmm_pool_t *pool;
+    char out[4096] = "";
+    void *p = NULL;
+    FILE *tmp = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    size_t n;
+    (void)state;
+    assert_non_null(tmp);
+    vpmm_config_init(&cfg);
+    cfg.backend = VPMM_BACKEND_HOST;
+    cfg.ignore_env = 1;
+    cfg.va_size = 1 * GiB;
+    cfg.host_memory = 4 * MiB;
+    cfg.verbose = 1;
+    assert_int_equal(vpmm_pool_create(&cfg, &pool), VPMM_SUCCESS);
+    fflush(stderr);
+    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    assert_int_equal(vpmm_malloc(pool, 6 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    rewind(tmp);
+    n = fread(out, 1, sizeof out - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+    print_message("stderr: %s", out);
+    assert_non_null(strstr(out, "vpmm: vpmm_malloc(6 MiB) on the legacy stream: out of memory"));
+    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_figures),
+        cmocka_unit_test(test_device_refusal),
+        cmocka_unit_test(test_cap_and_graph_pools),
+        cmocka_unit_test(test_verbose_prints),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

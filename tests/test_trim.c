@@ -1,0 +1,244 @@
+/*
+ * test_trim.c — vpmm_trim (src/trim.c): free pages go back to the driver, all or down to a
+ * target; memory still pending on a busy stream, pages shared with a live allocation, zombies and
+ * pinned graph pools stay; idle graph pools give theirs; emptied extra chunks go; data in what
+ * stays is intact; every driver call of a trim fails in turn without losing anything (a failed
+ * release is kept and retried); and the cap (VPMM_MAX_BYTES) bounds growth, bursts included.
+ * The invariants and the driver's view are checked after every step.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static size_t trim(tpool_t *t, size_t target)
+{
+    size_t released = (size_t)-1;
+    assert_int_equal(vpmm_trim(t->pool, target, &released), VPMM_SUCCESS);
+    CHECK_POOL(t->pool);
+    assert_driver_matches_pool(t);
+    return released;
+}
+
+static void test_trim_all_and_to_target(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_stats_t st;
+    void *p[1];
+    unsigned char *keep;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    keep = tmalloc(t.pool, 1000, s); /* the first page, shared with free memory after it */
+    memset(keep, 0x77, 1000);
+    p[0] = tmalloc(t.pool, 16 * MiB, s); /* the rest of that page and eight more, one handle each */
+    tfree(t.pool, p[0]);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 18 * MiB);
+
+    assert_int_equal(trim(&t, 12 * MiB), 6 * MiB); /* down to the target: whole pages only */
+    assert_int_equal(tstats(t.pool).mapped_bytes, 12 * MiB);
+    assert_int_equal(trim(&t, 0), 10 * MiB); /* every free page; keep's page stays */
+    st = tstats(t.pool);
+    assert_int_equal(st.mapped_bytes, 2 * MiB);
+    assert_int_equal(st.pages_released, 8);
+    assert_int_equal(st.handles, 1);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(keep[i], 0x77);
+    assert_int_equal(trim(&t, 0), 0); /* nothing more */
+    assert_int_equal(vpmm_trim(NULL, 0, NULL), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_trim(t.pool, 0, NULL), VPMM_SUCCESS); /* out_released may be NULL */
+    /* The pool grows again as usual. */
+    p[0] = tmalloc(t.pool, 4 * MiB, s);
+    tfree(t.pool, p[0]);
+    tfree(t.pool, keep);
+    tpool_close(&t);
+}
+
+static void test_pending_memory_stays(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    void *a;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    a = tmalloc(t.pool, 4 * MiB, s);
+    vpmm_host_enqueue(t.host, s); /* work on s still uses a */
+    tfree(t.pool, a);
+    assert_int_equal(trim(&t, 0), 0); /* the GPU may still be using it */
+    vpmm_host_complete(t.host, s);
+    assert_int_equal(trim(&t, 0), 4 * MiB); /* its marker completed: it goes */
+    tpool_close(&t);
+}
+
+static void test_zombies_and_chunks(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t a, b;
+    void *x[4], *big;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .va_size = 8 * MiB });
+    a = vpmm_host_stream_create(t.host);
+    b = vpmm_host_stream_create(t.host);
+    for (int i = 0; i < 4; i++)
+        x[i] = tmalloc(t.pool, 2 * MiB, a); /* fills the first chunk */
+    vpmm_host_enqueue(t.host, a);
+    tfree(t.pool, x[1]);
+    tfree(t.pool, x[3]);
+    big = tmalloc(t.pool, 6 * MiB, b); /* a second chunk: a's two pages remapped + one new */
+    assert_int_equal(tstats(t.pool).va_chunks, 2);
+    assert_true(tstats(t.pool).zombie_bytes > 0);
+    assert_int_equal(trim(&t, 0), 0); /* the remapped pages are live elsewhere; zombies wait */
+    tfree(t.pool, big);
+    tfree(t.pool, x[0]);
+    tfree(t.pool, x[2]);
+    vpmm_host_complete_all(t.host);
+    assert_int_equal(trim(&t, 0), 10 * MiB); /* everything; the empty second chunk goes too */
+    assert_int_equal(tstats(t.pool).va_chunks, 1);
+    assert_int_equal(tstats(t.pool).zombie_bytes, 0);
+    tpool_close(&t);
+}
+
+static void test_graph_pools(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_graph_pool_t *gp;
+    vpmm_graph_pool_stats_t gs;
+    vpmm_graph_t g;
+    void *a, *keep;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    assert_int_equal(vpmm_capture_begin(t.pool, gp, s, 0), VPMM_SUCCESS);
+    keep = tmalloc(t.pool, 1 * MiB, s);
+    a = tmalloc(t.pool, 6 * MiB, s);
+    tfree(t.pool, a);
+    assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_SUCCESS);
+    assert_int_equal(trim(&t, 0), 0); /* pinned: its graph may use every page */
+    assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
+    assert_int_equal(trim(&t, 0), 6 * MiB); /* idle: its free pages go, keep's page stays */
+    assert_int_equal(vpmm_graph_pool_stats(gp, &gs), VPMM_SUCCESS);
+    assert_int_equal(gs.mapped_bytes, 2 * MiB);
+    assert_int_equal(gs.live_allocs, 1);
+    tfree(t.pool, keep);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/* Every driver call a trim makes fails in turn (the 1st, 2nd, ...), then everything again. */
+static void test_faults(void **state)
+{
+    vpmm_dres_t results[2] = { VPMM_DRV_ERROR, VPMM_DRV_OUT_OF_MEMORY };
+    (void)state;
+    for (int r = 0; r < 2; r++) {
+        for (uint64_t k = 1;; k++) {
+            tpool_t t;
+            vpmm_stream_t s;
+            vpmm_stats_t before, after;
+            vpmm_status_t st;
+            size_t released = 0;
+            void *p[3];
+            int injected;
+            tpool_open(&t, NULL);
+            s = vpmm_host_stream_create(t.host);
+            for (int i = 0; i < 3; i++)
+                p[i] = tmalloc(t.pool, 2 * MiB, s);
+            for (int i = 0; i < 3; i++)
+                tfree(t.pool, p[i]);
+            before = tstats(t.pool);
+            vpmm_fault_fail_any_nth(t.fault, k, results[r]);
+            st = vpmm_trim(t.pool, 0, &released);
+            injected = vpmm_fault_injected(t.fault) > 0;
+            vpmm_fault_clear(t.fault);
+            CHECK_POOL(t.pool);
+            assert_driver_matches_pool(&t);
+            after = tstats(t.pool);
+            assert_int_equal(after.mapped_bytes + released, before.mapped_bytes);
+            if (st != VPMM_SUCCESS)
+                assert_true(injected &&
+                            (st == VPMM_ERROR_DRIVER || st == VPMM_ERROR_OUT_OF_MEMORY));
+            /* A second trim gives back the rest (and retries a failed release). */
+            trim(&t, 0);
+            assert_int_equal(tstats(t.pool).mapped_bytes, 0);
+            tpool_close(&t);
+            if (!injected)
+                break;
+        }
+    }
+}
+
+/* Unmap succeeds, both releases fail and so does mapping back: the handle is kept, unmapped,
+ * and released by the next trim (or by the pool's destruction). */
+static void test_release_kept_for_later(void **state)
+{
+    tpool_t t;
+    void *p;
+    size_t released = 0;
+    (void)state;
+    for (int later_by_destroy = 0; later_by_destroy < 2; later_by_destroy++) {
+        tpool_open(&t, NULL);
+        p = tmalloc(t.pool, 2 * MiB, NULL);
+        tfree(t.pool, p);
+        vpmm_fault_fail_from(t.fault, VPMM_DRV_MEM_RELEASE, 1, VPMM_DRV_ERROR);
+        vpmm_fault_fail_nth(t.fault, VPMM_DRV_MEM_MAP, 1, VPMM_DRV_ERROR);
+        assert_int_equal(vpmm_trim(t.pool, 0, &released), VPMM_ERROR_DRIVER);
+        vpmm_fault_clear(t.fault);
+        assert_int_equal(released, 2 * MiB); /* unmapped: no longer the pool's memory */
+        assert_int_equal(t.pool->nunreleased, 1);
+        CHECK_POOL(t.pool);
+        assert_driver_matches_pool(&t);
+        if (!later_by_destroy) {
+            trim(&t, 0);
+            assert_int_equal(t.pool->nunreleased, 0);
+        }
+        tpool_close(&t); /* asserts that the driver holds nothing */
+    }
+}
+
+/* The cap bounds growth: a burst stops at it, and past it malloc reports out of memory. */
+static void test_cap(void **state)
+{
+    tpool_t t;
+    void *p[16];
+    void *q = NULL;
+    int n = 0;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .max_bytes = 24 * MiB });
+    /* A homogeneous burst grows geometrically, but never past the cap. */
+    while (n < 16 && vpmm_malloc(t.pool, 2 * MiB, NULL, &p[n]) == VPMM_SUCCESS) {
+        assert_true(tstats(t.pool).mapped_bytes <= 24 * MiB);
+        CHECK_POOL(t.pool);
+        n++;
+    }
+    assert_int_equal(n, 12);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 24 * MiB);
+    assert_int_equal(vpmm_malloc(t.pool, 256, NULL, &q), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_null(q);
+    tfree(t.pool, p[--n]);
+    q = tmalloc(t.pool, 256, NULL); /* room again */
+    tfree(t.pool, q);
+    while (n > 0)
+        tfree(t.pool, p[--n]);
+    /* A request larger than the cap fails at once, whatever the device has. */
+    assert_int_equal(vpmm_malloc(t.pool, 25 * MiB, NULL, &q), VPMM_ERROR_OUT_OF_MEMORY);
+    CHECK_POOL(t.pool);
+    tpool_close(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trim_all_and_to_target),
+        cmocka_unit_test(test_pending_memory_stays),
+        cmocka_unit_test(test_zombies_and_chunks),
+        cmocka_unit_test(test_graph_pools),
+        cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_release_kept_for_later),
+        cmocka_unit_test(test_cap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
