@@ -409,6 +409,7 @@ void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
     }
 }
 
+#ifdef VPMM_HAVE_NVTX
 void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
 {
     if (!vpmm_i_nvtx_on)
@@ -422,6 +423,7 @@ void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
                 vpmm_i_nvtx_region_add(r);
     }
 }
+#endif
 
 /* ---- reviving zombie pages (checkpoint reapply) ------------------------------------------- */
 

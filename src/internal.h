@@ -142,7 +142,15 @@ vpmm_region_t *vpmm_i_region_containing(const vpmm_pool_t *p, const vpmm_arena_t
                                         uintptr_t addr);
 /* NVTX (a tool attached): resets the heaps of a's chunks and registers their live allocations
  * again, so the tool's view is exactly a's state (after a checkpoint reapply). */
+#ifdef VPMM_HAVE_NVTX
 void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a);
+#else
+static inline void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
+{
+    (void)p;
+    (void)a;
+}
+#endif
 
 /* ---- hooks: the core calls graph/ -------------------------------------------------------- */
 

@@ -249,7 +249,14 @@ void vpmm_i_region_give(vpmm_pool_t *p, vpmm_region_t *r);
 void vpmm_i_region_slabs_free(vpmm_pool_t *p);
 
 /* NVTX: registers allocation r as a region of its chunk's heap (nvtx.h; tool attached only). */
+#ifdef VPMM_HAVE_NVTX
 void vpmm_i_nvtx_region_add(vpmm_region_t *r);
+#else
+static inline void vpmm_i_nvtx_region_add(vpmm_region_t *r)
+{
+    (void)r;
+}
+#endif
 
 /* An allocation's counters, once it has left the allocation table (vpmm_free's one probe). */
 void vpmm_i_alloc_forget(vpmm_pool_t *p, vpmm_region_t *r);

@@ -140,6 +140,7 @@ static void arena_count(vpmm_arena_t *a, const vpmm_region_t *r, int sign)
     *bytes += sign > 0 ? r->size : -r->size;
 }
 
+#ifdef VPMM_HAVE_NVTX
 /* NVTX (a tool attached): an allocation is a region of its chunk's heap, registered lazily. */
 void vpmm_i_nvtx_region_add(vpmm_region_t *r)
 {
@@ -151,6 +152,7 @@ void vpmm_i_nvtx_region_add(vpmm_region_t *r)
     if (c->nvtx_heap != NULL)
         vpmm_i_nvtx_region_slow(c->nvtx_heap, r->addr, r->requested);
 }
+#endif
 
 void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
 {
