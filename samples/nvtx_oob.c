@@ -6,17 +6,23 @@
  * allocation's alignment padding, before the second one), so the GPU itself never faults. A
  * second kernel writes into the second allocation after it was freed.
  *
- * Run under `compute-sanitizer --tool memcheck`: vpmm registers each VA chunk as an NVTX
- * sub-allocator heap and each allocation as a region of its requested size, so memcheck reports
- * both writes (out of bounds; and into memory no allocation covers). With registration off
- * (`compute-sanitizer --nvtx no`, or a build with -DVPMM_NVTX=OFF) memcheck sees only the mapped
- * page and reports nothing. Without a GPU there is nothing to show: it says so and exits 0.
+ * vpmm registers each VA chunk as an NVTX sub-allocator heap and each allocation as a region of
+ * its requested size. A tool that takes heaps over VMM-mapped memory would then see both writes;
+ * compute-sanitizer 2025.3 does not: it refuses such a heap ("Call to nvtxMemHeapRegister
+ * failed: One or more of the parameters is invalid"), and memcheck, which sees only the mapped
+ * page, reports nothing — with or without registration. What memcheck does catch in a vpmm pool
+ * is an access to reserved VA that nothing is mapped at: `--hole` adds a third write, into the
+ * pool's unmapped VA just after the mapped page (without a sanitizer that kernel faults, and the
+ * sample exits 1). docs/OBSERVABILITY.md has the outputs. Without a GPU there is nothing to show:
+ * it says so and exits 0.
  *
- *   compute-sanitizer --tool memcheck ./build/bin/vpmm_nvtx_oob            # 2 errors
- *   compute-sanitizer --tool memcheck --nvtx no ./build/bin/vpmm_nvtx_oob  # 0 errors
+ *   compute-sanitizer --tool memcheck ./build/bin/vpmm_nvtx_oob           # 0 errors
+ *   compute-sanitizer --tool memcheck ./build/bin/vpmm_nvtx_oob --hole    # 1 error: the hole
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vpmm.h"
 #ifdef VPMM_DEMO_KERNELS
@@ -29,9 +35,11 @@ static int fail(const char *what, vpmm_status_t st)
     return 1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const int hole = argc > 1 && strcmp(argv[1], "--hole") == 0;
 #ifndef VPMM_DEMO_KERNELS
+    (void)hole;
     printf("nvtx_oob: built without CUDA kernels (no nvcc): nothing to demonstrate\n");
     return 0;
 #else
@@ -76,14 +84,26 @@ int main(void)
         e = demo_gpu_fill(b, 4, 7, s);
     printf("2. a kernel wrote 4 bytes at %p, the start of an allocation freed before it\n",
            (void *)b);
+    if (e == 0 && hole) {
+        /* 3. Just after the mapped page: reserved VA with nothing mapped (a hole). */
+        vpmm_stats_t stats;
+        unsigned char *h;
+        if ((st = vpmm_get_stats(pool, &stats)) != VPMM_SUCCESS)
+            return fail("vpmm_get_stats", st);
+        h = (unsigned char *)((uintptr_t)a / stats.page_size * stats.page_size +
+                              stats.mapped_bytes + 16);
+        e = demo_gpu_fill(h, 4, 7, s);
+        printf("3. a kernel wrote 4 bytes at %p, reserved VA of the pool with nothing mapped\n",
+               (void *)h);
+    }
     if (e == 0)
         e = demo_gpu_count_bad(a, 1000, 7, s, &bad); /* waits for the stream */
     if (e != 0) {
         fprintf(stderr, "nvtx_oob: kernel: %s\n", demo_gpu_error(e));
         return 1;
     }
-    printf("the GPU did not fault (the memory is mapped); compute-sanitizer memcheck reports both "
-           "writes only when vpmm's NVTX registrations reach it\n");
+    printf("the GPU did not fault: writes 1 and 2 hit mapped memory (memcheck sees them only "
+           "through NVTX regions, if the tool takes them)\n");
     if ((st = vpmm_free(pool, a)) != VPMM_SUCCESS)
         return fail("vpmm_free", st);
     if ((st = vpmm_stream_release(pool, s)) != VPMM_SUCCESS)

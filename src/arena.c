@@ -412,8 +412,6 @@ void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
 #ifdef VPMM_HAVE_NVTX
 void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
 {
-    if (!vpmm_i_nvtx_on)
-        return;
     for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
         if (c->arena != a || c->nvtx_heap == NULL)
             continue;

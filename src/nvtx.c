@@ -17,6 +17,7 @@
 #include <nvtx3/nvToolsExtMem.h>
 
 int vpmm_i_nvtx_on;
+int vpmm_i_nvtx_mem = 1;
 
 static nvtxDomainHandle_t domain;
 static nvtxStringHandle_t names[VPMM_NVTX_RANGE_COUNT];
@@ -82,9 +83,12 @@ void *vpmm_i_nvtx_heap_slow(uintptr_t base, size_t size)
     d.typeSpecificDesc = &range;
     d.messageType = NVTX_MESSAGE_TYPE_ASCII;
     d.message.ascii = "vpmm VA chunk";
+    nvtxMemHeapHandle_t heap = nvtxMemHeapRegister(domain, &d);
     /* NULL when the memory extension has no tool (not NVTX_MEM_HEAP_HANDLE_NO_TOOL, whatever its
-     * header says): the caller then registers no region in it. */
-    return (void *)nvtxMemHeapRegister(domain, &d);
+     * header says) or when the tool refused the heap: no more heaps or regions, then. */
+    if (heap == NULL)
+        __atomic_store_n(&vpmm_i_nvtx_mem, 0, __ATOMIC_RELAXED);
+    return (void *)heap;
 }
 
 void vpmm_i_nvtx_heap_unregister_slow(void *heap)

@@ -10,8 +10,13 @@
  * it stops), and a checkpoint reapply resets its graph pool's heaps and registers their
  * allocations again.
  *
- * Without a tool attached NVTX's domain is NULL; vpmm_i_nvtx_on is then 0 and every call below is
- * one predictable branch. The domain is made once per process, at the first pool's creation.
+ * Two switches, each one predictable branch where it is tested: vpmm_i_nvtx_on (ranges) is set
+ * when NVTX returns a domain, i.e. a tool attached to NVTX's core; vpmm_i_nvtx_mem (heaps and
+ * regions) starts on and goes off at the first heap NVTX does not return — no tool attached to
+ * the memory extension, or a tool that refuses the heap. They are separate because a tool may
+ * attach to one and not the other: compute-sanitizer takes memory-API calls with no domain (it
+ * returns NULL for nvtxDomainCreateA), and it refuses heaps over VMM-mapped memory
+ * (docs/OBSERVABILITY.md). The domain is made once per process, at the first pool's creation.
  */
 #ifndef VPMM_NVTX_H
 #define VPMM_NVTX_H
@@ -35,9 +40,12 @@ typedef enum vpmm_nvtx_range {
 } vpmm_nvtx_range_t;
 
 #ifdef VPMM_HAVE_NVTX
+#define VPMM_NVTX_COMPILED 1
 
 /* Nonzero once a tool attached to the "vpmm" domain (set by vpmm_i_nvtx_init). */
 extern int vpmm_i_nvtx_on;
+/* Nonzero while the memory API may have a tool: heaps and regions are registered. */
+extern int vpmm_i_nvtx_mem;
 
 /* Creates the domain and its strings once per process; cheap after the first call. */
 void vpmm_i_nvtx_init(void);
@@ -63,8 +71,9 @@ static inline void vpmm_i_nvtx_pop(void)
 }
 
 #else /* !VPMM_HAVE_NVTX */
+#define VPMM_NVTX_COMPILED 0
 
-enum { vpmm_i_nvtx_on = 0 };
+enum { vpmm_i_nvtx_on = 0, vpmm_i_nvtx_mem = 0 };
 static inline void vpmm_i_nvtx_init(void) {}
 static inline void vpmm_i_nvtx_push(vpmm_nvtx_range_t range, uint64_t payload)
 {

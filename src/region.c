@@ -165,7 +165,7 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
         p->c.live_bytes += r->requested;
         p->c.live_allocs++;
         r->stream->refs++;
-        if (VPMM_UNLIKELY(vpmm_i_nvtx_on))
+        if (VPMM_UNLIKELY(vpmm_i_nvtx_mem))
             vpmm_i_nvtx_region_add(r);
         break;
     case VPMM_REGION_FREE:
@@ -210,7 +210,7 @@ void vpmm_i_alloc_forget(vpmm_pool_t *p, vpmm_region_t *r)
     r->stream->refs--;
     if (VPMM_UNLIKELY(a->priv))
         arena_count(a, r, -1);
-    if (VPMM_UNLIKELY(vpmm_i_nvtx_on) && r->chunk->nvtx_heap != NULL)
+    if (VPMM_NVTX_COMPILED && VPMM_UNLIKELY(r->chunk->nvtx_heap != NULL))
         vpmm_i_nvtx_unregion_slow(r->addr);
 }
 
