@@ -2,8 +2,9 @@
 # gpu-issue5.sh — the GPU runs behind docs/OBSERVABILITY.md and bench/RESULTS.md (PyTorch), on
 # the device machine, after `bash scripts/gpu-check.sh tests` has built build-gpu/:
 #   bash scripts/gpu-issue5.sh nvtx      vpmm_nvtx_oob under compute-sanitizer memcheck: with
-#                                        vpmm's NVTX registrations, with --nvtx no, and a build
-#                                        with -DVPMM_NVTX=OFF (build-nonvtx/)
+#                                        vpmm's NVTX registrations, with --nvtx no, with a write
+#                                        into unmapped pool VA (--hole), and a build with
+#                                        -DVPMM_NVTX=OFF (build-nonvtx/)
 #   bash scripts/gpu-issue5.sh pytorch   samples/pytorch/train_and_graph.py --compare (vpmm vs
 #                                        PyTorch's native allocator vs expandable_segments)
 # Logs go to $OUT (default ./gpu-logs).
@@ -20,6 +21,9 @@ nvtx)
   echo "== memcheck, NVTX registrations on (rc $?)"; cat "$out/oob-nvtx-on.log"
   "$sanitizer" --tool memcheck --nvtx no "$oob" >"$out/oob-nvtx-no.log" 2>&1
   echo "== memcheck --nvtx no (rc $?)"; cat "$out/oob-nvtx-no.log"
+  "$sanitizer" --tool memcheck "$oob" --hole >"$out/oob-hole.log" 2>&1
+  echo "== memcheck, with a write into the pool's unmapped VA (rc $?)"
+  grep -vE "^=========     (#|Host Frame|in )" "$out/oob-hole.log" | head -30
   prefix=()
   [ -d /tmp/cmocka/usr ] && prefix=(-DCMAKE_PREFIX_PATH=/tmp/cmocka/usr)
   if cmake -S . -B build-nonvtx -DVPMM_NVTX=OFF -DVPMM_BUILD_TESTS=OFF -DVPMM_BUILD_BENCH=OFF \
