@@ -91,6 +91,12 @@ static void test_alloc_free(void **state)
     assert_int_equal(vpmm_torch_reset_peak(0), VPMM_SUCCESS);
     s = stats_of(0);
     assert_int_equal(s.peak_live_bytes, 0);
+    /* Everything is free: trim gives all its pages back. */
+    assert_int_equal(vpmm_torch_trim(0, 0), (long long)s.mapped_bytes);
+    assert_int_equal(stats_of(0).mapped_bytes, 0);
+    assert_int_equal(vpmm_torch_trim(0, 0), 0);
+    assert_int_equal(vpmm_torch_trim(5, 0), VPMM_TORCH_NO_POOL);
+    assert_int_equal(vpmm_torch_trim(-1, 0), VPMM_TORCH_BAD_ARGS);
     assert_int_equal(vpmm_torch_failures(), 0);
 }
 

@@ -146,10 +146,13 @@ VPMM_TORCH_API void *vpmm_torch_alloc(size_t size, int device, vpmm_stream_t str
     }
     st = vpmm_malloc(pool, size, stream, &p);
     if (st != VPMM_SUCCESS) {
+        char report[400] = "";
         atomic_fetch_add_explicit(&g_alloc_failures, 1, memory_order_relaxed);
+        if (st == VPMM_ERROR_OUT_OF_MEMORY) /* the pool's report: what it holds, and where */
+            (void)vpmm_pool_oom_report(pool, report, sizeof report);
         report_failure("vpmm_malloc(%zu bytes, device %d, stream %p) failed: %s (%s): %s", size,
                        device, (void *)stream, vpmm_status_name(st), vpmm_strerror(st),
-                       vpmm_last_error());
+                       report[0] ? report : vpmm_last_error());
         return NULL;
     }
     return p;
@@ -266,6 +269,9 @@ VPMM_TORCH_API long vpmm_torch_stats_json(int device, char *buf, size_t cap)
     JU(graph_pools);
     JZ(private_mapped_bytes);
     JZ(private_live_bytes);
+    JZ(largest_free_bytes);
+    jput(&j, ",\"utilization\":%.6f,\"fragmentation\":%.6f", s.utilization, s.fragmentation);
+    JZ(max_bytes);
 #undef JZ
 #undef JU
     jput(&j, ",\"alloc_failures\":%llu,\"free_failures\":%llu}",
@@ -308,6 +314,21 @@ VPMM_TORCH_API long vpmm_torch_check(int device)
     if (pool == NULL)
         return VPMM_TORCH_NO_POOL;
     return (long)vpmm_pool_check(pool, stderr);
+}
+
+VPMM_TORCH_API long long vpmm_torch_trim(int device, size_t target_bytes)
+{
+    vpmm_pool_t *pool;
+    size_t released = 0;
+    vpmm_status_t st;
+
+    if (device < 0 || device >= VPMM_TORCH_MAX_DEVICES)
+        return VPMM_TORCH_BAD_ARGS;
+    pool = pool_of(device);
+    if (pool == NULL)
+        return VPMM_TORCH_NO_POOL;
+    st = vpmm_trim(pool, target_bytes, &released);
+    return st == VPMM_SUCCESS ? (long long)released : -100 - (long long)st;
 }
 
 VPMM_TORCH_API int vpmm_torch_reset_peak(int device)

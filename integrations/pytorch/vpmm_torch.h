@@ -64,6 +64,11 @@ VPMM_TORCH_API long vpmm_torch_check(int device);
 /* vpmm_reset_peak_stats of device's pool. */
 VPMM_TORCH_API int vpmm_torch_reset_peak(int device);
 
+/* vpmm_trim on device's pool: gives free pages back until it maps at most target_bytes (0: all
+ * it can). Returns the bytes given back, VPMM_TORCH_BAD_ARGS / VPMM_TORCH_NO_POOL, or -100 - the
+ * vpmm_status_t of a failed trim. A PyTorch reset hook (set_reset_fn) can call it. */
+VPMM_TORCH_API long long vpmm_torch_trim(int device, size_t target_bytes);
+
 #ifdef __cplusplus
 }
 #endif
