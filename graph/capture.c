@@ -298,14 +298,18 @@ out:
 vpmm_status_t vpmm_graph_destroy(vpmm_pool_t *pool, vpmm_graph_t graph)
 {
     vpmm_driver_t *d;
+    vpmm_dres_t dres;
     vpmm_status_t st;
     if (pool == NULL || graph == NULL) {
         vpmm_i_set_error("vpmm_graph_destroy: %s is NULL", pool == NULL ? "pool" : "graph");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     d = vpmm_i_pool_driver(pool);
+    /* Destroying a large graph takes a while and needs no pool state: outside the lock. The
+     * user objects it drops only make atomic stores (graph_pool.c). */
+    dres = d->graph_destroy(d, graph);
     vpmm_i_lock(pool);
-    st = vpmm_i_drv_status(pool, d->graph_destroy(d, graph));
+    st = vpmm_i_drv_status(pool, dres);
     vpmm_g_collect(pool); /* a graph pool it was the last user of goes back now */
     vpmm_i_unlock(pool);
     return st;

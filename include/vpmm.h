@@ -14,8 +14,18 @@
  *    VPMM_ERROR_DRIVER (or VPMM_ERROR_OUT_OF_MEMORY), leaks nothing and leaves the pool usable; the
  *    raw driver error is kept per pool (vpmm_pool_last_driver_error), a one-line explanation of the
  *    latest failure in the calling thread is in vpmm_last_error().
- *  - Thread safety: every function taking a pool may be called from any thread; calls on one pool
- *    are serialised by the pool's lock. Functions without a pool are thread-safe.
+ *  - Threads: one pool is meant to be shared by every thread of a process. Each function says
+ *    "Threads:" at its declaration; the words mean:
+ *      any    — callable from any number of threads at once, on the same pool too. It holds the
+ *               pool's lock (a futex mutex) for its bookkeeping only and makes no slow driver call
+ *               under it (slow: creating or releasing physical memory, destroying a graph; the
+ *               calls made under it cost ~0.1–80 µs each, docs/ALGORITHM.md "Locking").
+ *      free   — touches no pool: callable from any thread at any time.
+ *      alone  — no other call on this pool (or object) may run at the same time, as with free(3)
+ *               of any object: the caller makes sure every other thread is done with it.
+ *    A pointer may be freed on another thread than the one that allocated it; the ordering rules
+ *    are the stream's, never the thread's. Pool creation reads the environment: do not setenv(3)
+ *    concurrently (the C library's rule).
  *  - The header needs no CUDA header: vpmm_stream_t is the same type as cudaStream_t and CUstream
  *    (a pointer to struct CUstream_st), so either can be passed directly. Stream 0 (NULL) is the
  *    legacy default stream.
@@ -188,21 +198,21 @@ typedef int (*vpmm_region_visitor_t)(const vpmm_region_info_t *region, void *use
 
 /* ---- configuration and lifetime ---------------------------------------------------------- */
 
-/* Fills *config with defaults. Never fails for a non-NULL config. */
+/* Fills *config with defaults. Never fails for a non-NULL config. Threads: free. */
 vpmm_status_t vpmm_config_init(vpmm_config_t *config);
 
 /*
  * Creates a pool. config may be NULL (all defaults). Reads VPMM_* environment variables (see
  * README.md); a malformed value fails with VPMM_ERROR_INVALID_ENV and vpmm_last_error() names it.
  * With no driver or device, VPMM_BACKEND_CUDA fails with VPMM_ERROR_NO_DEVICE and AUTO picks the
- * host emulation.
+ * host emulation. Threads: free (the driver is loaded once per process, whichever thread is first).
  */
 vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_pool);
 
 /*
  * Destroys a pool: waits for the device to finish, unmaps and releases everything, frees the VA.
  * Refuses with VPMM_ERROR_POOL_BUSY (pool unchanged) while allocations are live. If a driver call
- * fails part-way the pool stays valid (smaller) and the call may be repeated.
+ * fails part-way the pool stays valid (smaller) and the call may be repeated. Threads: alone.
  */
 vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool);
 
@@ -212,6 +222,9 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool);
  * Allocates size bytes for use on stream. The memory is usable by work enqueued on stream after
  * this call (any wait the pool needed was enqueued GPU-side; the host never synchronises).
  * The result is aligned to VPMM_ALIGNMENT. On error *out_ptr is set to NULL.
+ * Threads: any. The capture query runs before the lock is taken; when the pool must grow it
+ * drops the lock while the driver creates the new physical memory (other threads allocate and
+ * free meanwhile), then plans again under it and releases, unlocked, what it no longer needs.
  */
 vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr);
 
@@ -219,6 +232,7 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
  * Frees an allocation, stream-ordered on its allocation stream: that stream may reuse the memory
  * at once, other streams once the GPU has finished the work enqueued before this call.
  * vpmm_free(pool, NULL) does nothing and succeeds, as free(3) and cudaFree(0) do.
+ * Threads: any; makes no driver call. Any thread may free any allocation.
  */
 vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr);
 
@@ -226,6 +240,7 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr);
  * Tells the pool that stream is about to be destroyed: the pool records a last completion marker
  * on it and forgets it; memory it freed becomes reusable by other streams once that marker
  * completes. Call it before cudaStreamDestroy for streams that freed vpmm memory.
+ * Threads: any (records one event under the lock); not concurrently with mallocs on that stream.
  */
 vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream);
 
@@ -235,28 +250,34 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream);
  * release everything — and a graph pool's pages only while no graph uses it. Extra VA chunks that
  * became empty are released too. *out_released (may be NULL) gets the bytes given back. A driver
  * failure stops the trim and leaves the pool consistent (it keeps what it could not release).
+ * Threads: any. Unmapping runs under the lock (the address range must be gone before anyone can
+ * reuse it); releasing the physical memory, the slow part, after the lock is dropped.
  */
 vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released);
 
 /* ---- introspection ----------------------------------------------------------------------- */
 
 /* The pool's statistics (graph pools included; a graph pool whose graphs are all gone is
- * returned to the shared pool first, so graph_pools counts only those still alive). */
+ * returned to the shared pool first, so graph_pools counts only those still alive). A consistent
+ * snapshot: taken under the lock. Threads: any. */
 vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out_stats);
 
-/* Resets peak_live_bytes and peak_mapped_bytes to the current values. */
+/* Resets peak_live_bytes and peak_mapped_bytes to the current values. Threads: any. */
 vpmm_status_t vpmm_reset_peak_stats(vpmm_pool_t *pool);
 
-/* Visits every region of every VA chunk in address order (under the pool lock: do not call
- * back into the pool from the visitor). */
+/* Visits every region of every VA chunk in address order. Threads: any; the visitor runs under
+ * the pool lock, so it must not call back into this pool (that would deadlock) and should be
+ * quick: every other thread's calls on the pool wait for the walk. */
 vpmm_status_t vpmm_pool_walk(const vpmm_pool_t *pool, vpmm_region_visitor_t visit, void *user);
 
-/* Writes a human-readable table of every region in address order, then a stats summary. */
+/* Writes a human-readable table of every region in address order, then a stats summary.
+ * Threads: any (holds the lock while writing: point it at a memory stream for a big pool). */
 vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out);
 
 /*
  * Checks every internal invariant (docs/ALGORITHM.md lists them) and returns the number of
  * violations; each is described on report when report is not NULL. A NULL pool counts as one.
+ * Threads: any; checks one consistent state (under the lock), O(regions).
  */
 size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report);
 
@@ -266,15 +287,18 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report);
  * device or the cap said no, what the pool maps, how much is live and free, its largest free
  * span, what defragmentation could gather, what is pending on busy streams, zombies, holes, each
  * graph pool, and what the device had free. VPMM_VERBOSE=1 prints each report on stderr.
+ * Threads: any. With several threads, it is the latest OOM of any of them.
  */
 vpmm_status_t vpmm_pool_oom_report(const vpmm_pool_t *pool, char *buf, size_t len);
 
-/* "cuda" or "host". NULL for a NULL pool. */
+/* "cuda" or "host". NULL for a NULL pool. Threads: any (no lock: the backend never changes). */
 const char *vpmm_pool_backend_name(const vpmm_pool_t *pool);
 
 /*
  * The last failed driver call of this pool: *out_code is the backend's raw error (a CUresult on
  * the CUDA backend), *out_call the driver function's name ("cuMemCreate"). Both 0/NULL if none.
+ * Threads: any. With several threads, the latest failure of any of them (vpmm_last_error() is
+ * the calling thread's own).
  */
 vpmm_status_t vpmm_pool_last_driver_error(const vpmm_pool_t *pool, int *out_code,
                                           const char **out_call);
@@ -300,19 +324,25 @@ vpmm_status_t vpmm_pool_last_driver_error(const vpmm_pool_t *pool, int *out_code
  * graph or capture uses a graph pool, the shared pool may also take its free pages.
  */
 
-/* Creates an empty graph pool of pool (no memory until a capture allocates). */
+/* Creates an empty graph pool of pool (no memory until a capture allocates). Threads: any. */
 vpmm_status_t vpmm_graph_pool_create(vpmm_pool_t *pool, vpmm_graph_pool_t **out_graph_pool);
 
-/* Adds a handle reference (each vpmm_graph_pool_retain needs its vpmm_graph_pool_release). */
+/* Adds a handle reference (each vpmm_graph_pool_retain needs its vpmm_graph_pool_release).
+ * Threads: any (takes the lock of the graph pool's pool). */
 vpmm_status_t vpmm_graph_pool_retain(vpmm_graph_pool_t *graph_pool);
 
-/* Drops a handle reference; the pages go back to the shared pool once no graph uses them. */
+/* Drops a handle reference; the pages go back to the shared pool once no graph uses them.
+ * Threads: any. (A graph's own reference is dropped by CUDA on a driver thread when the graph
+ * and its instances are gone; that destructor takes no lock and calls nothing: it only marks the
+ * graph pool, and the next call on the pool returns its pages.) */
 vpmm_status_t vpmm_graph_pool_release(vpmm_graph_pool_t *graph_pool);
 
+/* The graph pool's statistics. Threads: any. */
 vpmm_status_t vpmm_graph_pool_stats(const vpmm_graph_pool_t *graph_pool,
                                     vpmm_graph_pool_stats_t *out_stats);
 
-/* Resets the graph pool's peak_live_bytes and peak_mapped_bytes to the current values. */
+/* Resets the graph pool's peak_live_bytes and peak_mapped_bytes to the current values.
+ * Threads: any. */
 vpmm_status_t vpmm_graph_pool_reset_peak_stats(vpmm_graph_pool_t *graph_pool);
 
 /* Capture modes (the values of cudaStreamCaptureMode). */
@@ -326,7 +356,10 @@ typedef enum vpmm_stream_capture_mode {
  * Begins capturing stream (cudaStreamBeginCapture with mode) into graph_pool, or into a new graph
  * pool when graph_pool is NULL (vpmm_capture_graph_pool returns it). The legacy default stream
  * cannot be captured (VPMM_ERROR_INVALID_ARGUMENT); a stream already capturing gets
- * VPMM_ERROR_STREAM_CAPTURING.
+ * VPMM_ERROR_STREAM_CAPTURING. Threads: any; cuStreamBeginCapture runs under the lock, so that
+ * no malloc can see the capture before its graph pool is recorded (one call per capture). Other
+ * threads may allocate on other streams during the capture; in VPMM_STREAM_CAPTURE_GLOBAL mode
+ * CUDA itself forbids some of their calls (not vpmm's: vpmm makes none of them).
  */
 vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_pool,
                                  vpmm_stream_t stream, vpmm_stream_capture_mode_t mode);
@@ -335,7 +368,8 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_poo
  * Ends the capture on stream (cudaStreamEndCapture) and returns the graph; the caller owns it
  * (vpmm_graph_destroy, or cudaGraphDestroy on the CUDA backend). Memory freed during the capture
  * becomes reusable by later captures. If the capture was invalidated, returns VPMM_ERROR_DRIVER and
- * *out_graph = NULL (CUDA discards it).
+ * *out_graph = NULL (CUDA discards it). Threads: any; cuStreamEndCapture runs under the lock
+ * (one call per capture).
  */
 vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_graph_t *out_graph);
 
@@ -343,6 +377,7 @@ vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_gra
  * Destroys a graph (cudaGraphDestroy on the CUDA backend; the emulation's own graph on the host
  * backend, where this is the only way to destroy one). Its graph pool's pages return once its
  * executable graphs are gone too. Equivalent to calling cudaGraphDestroy directly on CUDA.
+ * Threads: any; the graph is destroyed before the lock is taken. Alone with respect to graph.
  */
 vpmm_status_t vpmm_graph_destroy(vpmm_pool_t *pool, vpmm_graph_t graph);
 
@@ -351,14 +386,14 @@ vpmm_status_t vpmm_graph_destroy(vpmm_pool_t *pool, vpmm_graph_t graph);
  * from graph_pool. Call after the capture began and before anything in it allocates; without it
  * the first allocation of the capture creates a new graph pool for it. A capture already served
  * by another graph pool gets VPMM_ERROR_WRONG_POOL; a stream not capturing,
- * VPMM_ERROR_NOT_CAPTURING.
+ * VPMM_ERROR_NOT_CAPTURING. Threads: any.
  */
 vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *graph_pool,
                                     vpmm_stream_t stream);
 
 /*
  * The graph pool serving the capture stream is part of (created now if none yet), as a new
- * handle reference: release it with vpmm_graph_pool_release.
+ * handle reference: release it with vpmm_graph_pool_release. Threads: any.
  */
 vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
                                       vpmm_graph_pool_t **out_graph_pool);
@@ -391,7 +426,7 @@ typedef struct vpmm_checkpoint_info {
 } vpmm_checkpoint_info_t;
 
 /* Takes a checkpoint of graph_pool (refused with VPMM_ERROR_STREAM_CAPTURING during a capture
- * into it). */
+ * into it). Threads: any; the copy is made under the lock (one consistent state). */
 vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *graph_pool,
                                    vpmm_checkpoint_t **out_checkpoint);
 
@@ -403,33 +438,38 @@ vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *graph_pool,
  * VPMM_ERROR_CHECKPOINT_CONFLICT when a checkpointed allocation is no longer mapped,
  * VPMM_ERROR_STREAM_CAPTURING during a capture into the graph pool, VPMM_ERROR_INVALID_ARGUMENT
  * when a dead pointer is not one of the checkpoint's allocations (or listed twice).
+ * Threads: any; validation and rewrite happen under the lock, so other threads see the graph
+ * pool either before or after, never half-reapplied. The checkpoint is only read.
  */
 vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *graph_pool,
                                       const vpmm_checkpoint_t *checkpoint, void *const *dead,
                                       size_t n_dead);
 
+/* What a checkpoint holds. Threads: free (a checkpoint never changes after it is taken). */
 vpmm_status_t vpmm_checkpoint_info(const vpmm_checkpoint_t *checkpoint,
                                    vpmm_checkpoint_info_t *out_info);
 
 /* Copies up to cap of the checkpoint's allocations (address order) into out; returns how many
- * there are in all (call with cap 0 to size the array). */
+ * there are in all (call with cap 0 to size the array). Threads: free. */
 size_t vpmm_checkpoint_allocs(const vpmm_checkpoint_t *checkpoint, vpmm_checkpoint_alloc_t *out,
                               size_t cap);
 
-/* Frees a checkpoint (it holds no pool memory; any thread, no pool lock). NULL is ignored. */
+/* Frees a checkpoint (it holds no pool memory, takes no pool lock). NULL is ignored.
+ * Threads: alone with respect to checkpoint. */
 void vpmm_checkpoint_destroy(vpmm_checkpoint_t *checkpoint);
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-/* A short constant description of a status ("out of device memory"). Never NULL. */
+/* A short constant description of a status ("out of device memory"). Never NULL. Threads: free. */
 const char *vpmm_strerror(vpmm_status_t status);
 
-/* The name of the status constant ("VPMM_ERROR_OUT_OF_MEMORY"). Never NULL. */
+/* The name of the status constant ("VPMM_ERROR_OUT_OF_MEMORY"). Never NULL. Threads: free. */
 const char *vpmm_status_name(vpmm_status_t status);
 
 /*
  * A one-line explanation of the most recent failure of a vpmm call in this thread, e.g.
  * "VPMM_PAGE_SIZE='3X': expected bytes with an optional K, M, G or T suffix". Empty if none.
+ * Threads: free; thread-local, so it is this thread's failure, whatever other threads do.
  */
 const char *vpmm_last_error(void);
 

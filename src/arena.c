@@ -197,7 +197,7 @@ vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t
         vpmm_plan_t plan;
         memset(&plan, 0, sizeof plan);
         VPMM_CHECK(vpmm_i_plan_make_private(p, a, s, rsize, &plan));
-        st = vpmm_i_defrag(p, s, &plan, &r);
+        st = vpmm_i_defrag(p, s, &plan, NULL, &r); /* a capture: one thread, nothing to spare */
         vpmm_i_plan_fini(&plan);
         if (st != VPMM_SUCCESS) {
             if (st == VPMM_ERROR_OUT_OF_MEMORY) {

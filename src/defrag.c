@@ -165,7 +165,7 @@ static size_t run_handles(const vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_ph
 }
 
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
-                            vpmm_region_t **out_span)
+                            vpmm_precreated_t *pre, vpmm_region_t **out_span)
 {
     const size_t pg = p->page_size;
     const size_t nnew = plan->nnew;
@@ -200,7 +200,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
             VPMM_CHECK_GOTO(st, vpmm_i_stream_mark(p, src->stream, src->seq), undo_chunk);
     }
     if (nnew > 0)
-        VPMM_CHECK_GOTO(st, vpmm_i_pages_create(p, nnew, plan->unit, pages), undo_chunk);
+        VPMM_CHECK_GOTO(st, vpmm_i_pages_create_from(p, nnew, plan->unit, pages, pre), undo_chunk);
     run_handles(p, plan, pages + hnew);
     VPMM_CHECK_GOTO(st, vpmm_i_pages_map(p, plan->map_at, pages, n), undo_pages);
     nwaits = collect_waits(plan, s, waits);

@@ -35,8 +35,13 @@
  *     CUDA, invalidates the capture): callers never do it. The legacy default stream (NULL, or
  *     CU_STREAM_LEGACY = 0x1) is never captured — CUDA refuses to begin a capture on it, and so
  *     does the host backend — so callers may skip the query for it (the malloc hot path does).
- *  7. Threads. A driver instance belongs to one pool and is called under that pool's lock.
- *     close() releases everything the instance itself holds (not the caller's handles).
+ *  7. Threads. A driver instance belongs to one pool. Its entries may be called from several
+ *     threads at once: the pool calls most of them under its lock, but creates and releases
+ *     handles outside it (pool.c, trim.c), so those slow calls do not block other threads. The
+ *     CUDA driver is thread-safe; the host backend and the fault decorator serialise their own
+ *     state. last_code / last_call hold the instance's latest failure (atomically; with
+ *     concurrent failures, one of them). close() is called once, by one thread, and releases
+ *     everything the instance itself holds (not the caller's handles).
  *  8. Graphs. begin_capture / end_capture wrap cuStreamBeginCapture / cuStreamEndCapture
  *     (end_capture returns the captured graph; the caller owns it). capture_info also returns the
  *     graph being captured when asked (out_graph may be NULL). user_object_create makes a user
@@ -122,8 +127,8 @@ struct vpmm_driver {
     const char *name; /* "cuda", "host", or a wrapper's name */
 
     /* Raw error of the latest failed call on this instance (rule 1). */
-    int last_code;
-    const char *last_call;
+    _Atomic int last_code; /* atomic: entries may run on several threads (rule 7) */
+    const char *_Atomic last_call;
 
     vpmm_dres_t (*granularity)(vpmm_driver_t *d, size_t *out_bytes);
 

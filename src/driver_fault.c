@@ -9,6 +9,7 @@
  */
 #include "driver_fault.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct fault_drv {
     fault_arm_t arm[VPMM_DRV_ENTRY_COUNT];
     fault_arm_t any;
     vpmm_fault_live_t live;
+    pthread_mutex_t mutex; /* recursive: counters, arming, live counts (the inner call included) */
 } fault_drv_t;
 
 static void fault_close(vpmm_driver_t *d);
@@ -86,43 +88,51 @@ static vpmm_dres_t leave(fault_drv_t *f, vpmm_dres_t res)
 /* Each forwarder: count, maybe inject, call the inner driver, then track live objects. */
 #define FORWARD(e, call)                                                                           \
     fault_drv_t *f = (fault_drv_t *)d;                                                             \
-    vpmm_dres_t res = enter(f, (e));                                                               \
-    if (res != VPMM_DRV_OK)                                                                        \
-        return res;                                                                                \
+    vpmm_dres_t res;                                                                               \
+    pthread_mutex_lock(&f->mutex);                                                                 \
+    res = enter(f, (e));                                                                           \
+    if (res == VPMM_DRV_OK)                                                                        \
     res = leave(f, f->inner->call)
+
+/* The end of every forwarder: the counters are consistent again. */
+static vpmm_dres_t unlocked(fault_drv_t *f, vpmm_dres_t res)
+{
+    pthread_mutex_unlock(&f->mutex);
+    return res;
+}
 
 static vpmm_dres_t fault_granularity(vpmm_driver_t *d, size_t *out_bytes)
 {
     FORWARD(VPMM_DRV_GRANULARITY, granularity(f->inner, out_bytes));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_va_reserve(vpmm_driver_t *d, size_t size, size_t align, uintptr_t *out_va)
 {
     FORWARD(VPMM_DRV_VA_RESERVE, va_reserve(f->inner, size, align, out_va));
     f->live.reservations += res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_va_free(vpmm_driver_t *d, uintptr_t va, size_t size)
 {
     FORWARD(VPMM_DRV_VA_FREE, va_free(f->inner, va, size));
     f->live.reservations -= res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handle_t *out_handle)
 {
     FORWARD(VPMM_DRV_MEM_CREATE, mem_create(f->inner, size, out_handle));
     f->live.handles += res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_mem_release(vpmm_driver_t *d, vpmm_drv_handle_t handle)
 {
     FORWARD(VPMM_DRV_MEM_RELEASE, mem_release(f->inner, handle));
     f->live.handles -= res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size,
@@ -130,54 +140,54 @@ static vpmm_dres_t fault_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size,
 {
     FORWARD(VPMM_DRV_MEM_MAP, mem_map(f->inner, va, size, handle, offset));
     f->live.mappings += res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
 {
     FORWARD(VPMM_DRV_MEM_UNMAP, mem_unmap(f->inner, va, size));
     f->live.mappings -= res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
 {
     FORWARD(VPMM_DRV_SET_ACCESS, set_access(f->inner, va, size));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
 {
     FORWARD(VPMM_DRV_EVENT_CREATE, event_create(f->inner, out_event));
     f->live.events += res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
 {
     FORWARD(VPMM_DRV_EVENT_DESTROY, event_destroy(f->inner, event));
     f->live.events -= res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_event_record(vpmm_driver_t *d, vpmm_drv_event_t event,
                                       vpmm_stream_t stream)
 {
     FORWARD(VPMM_DRV_EVENT_RECORD, event_record(f->inner, event, stream));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_event_query(vpmm_driver_t *d, vpmm_drv_event_t event)
 {
     FORWARD(VPMM_DRV_EVENT_QUERY, event_query(f->inner, event));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream,
                                            vpmm_drv_event_t event)
 {
     FORWARD(VPMM_DRV_STREAM_WAIT_EVENT, stream_wait_event(f->inner, stream, event));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
@@ -185,33 +195,33 @@ static vpmm_dres_t fault_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
                                       vpmm_graph_t *out_graph)
 {
     FORWARD(VPMM_DRV_CAPTURE_INFO, capture_info(f->inner, stream, out_status, out_id, out_graph));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *out_total)
 {
     FORWARD(VPMM_DRV_MEM_GET_INFO, mem_get_info(f->inner, out_free, out_total));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_synchronize(vpmm_driver_t *d)
 {
     FORWARD(VPMM_DRV_SYNCHRONIZE, synchronize(f->inner));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_begin_capture(vpmm_driver_t *d, vpmm_stream_t stream,
                                        vpmm_capture_mode_t mode)
 {
     FORWARD(VPMM_DRV_BEGIN_CAPTURE, begin_capture(f->inner, stream, mode));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_end_capture(vpmm_driver_t *d, vpmm_stream_t stream,
                                      vpmm_graph_t *out_graph)
 {
     FORWARD(VPMM_DRV_END_CAPTURE, end_capture(f->inner, stream, out_graph));
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn destroy, void *arg,
@@ -219,7 +229,7 @@ static vpmm_dres_t fault_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn d
 {
     FORWARD(VPMM_DRV_USER_OBJECT_CREATE, user_object_create(f->inner, destroy, arg, out));
     f->live.user_objects += res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 /* A successful retain moves the caller's reference to the graph: the caller holds one less. */
@@ -228,20 +238,20 @@ static vpmm_dres_t fault_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t
 {
     FORWARD(VPMM_DRV_GRAPH_RETAIN_USER_OBJECT, graph_retain_user_object(f->inner, graph, obj));
     f->live.user_objects -= res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_user_object_release(vpmm_driver_t *d, vpmm_drv_uobj_t obj)
 {
     FORWARD(VPMM_DRV_USER_OBJECT_RELEASE, user_object_release(f->inner, obj));
     f->live.user_objects -= res == VPMM_DRV_OK;
-    return res;
+    return unlocked(f, res);
 }
 
 static vpmm_dres_t fault_graph_destroy(vpmm_driver_t *d, vpmm_graph_t graph)
 {
     FORWARD(VPMM_DRV_GRAPH_DESTROY, graph_destroy(f->inner, graph));
-    return res;
+    return unlocked(f, res);
 }
 
 static void fault_close(vpmm_driver_t *d)
@@ -250,6 +260,7 @@ static void fault_close(vpmm_driver_t *d)
     if (!f)
         return;
     f->inner->close(f->inner);
+    pthread_mutex_destroy(&f->mutex);
     free(f->name);
     free(f);
 }
@@ -271,6 +282,13 @@ vpmm_dres_t vpmm_fault_wrap(vpmm_driver_t *inner, vpmm_driver_t **out)
         return VPMM_DRV_OUT_OF_MEMORY;
     }
     snprintf(name, len, "fault(%s)", inner_name);
+    {
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&f->mutex, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
     f->inner = inner;
     f->name = name;
     f->base = (vpmm_driver_t){
@@ -309,7 +327,9 @@ static void arm_entry(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, vpmm
     fault_drv_t *f = as_fault(w);
     if (!f || (unsigned)entry >= (unsigned)VPMM_DRV_ENTRY_COUNT)
         return;
+    pthread_mutex_lock(&f->mutex);
     f->arm[entry] = (fault_arm_t){ n, result, sticky && n != 0 };
+    pthread_mutex_unlock(&f->mutex);
 }
 
 void vpmm_fault_fail_nth(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, vpmm_dres_t result)
@@ -325,8 +345,11 @@ void vpmm_fault_fail_from(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, 
 void vpmm_fault_fail_any_nth(vpmm_driver_t *w, uint64_t n, vpmm_dres_t result)
 {
     fault_drv_t *f = as_fault(w);
-    if (f)
-        f->any = (fault_arm_t){ n, result, 0 };
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->mutex);
+    f->any = (fault_arm_t){ n, result, 0 };
+    pthread_mutex_unlock(&f->mutex);
 }
 
 void vpmm_fault_clear(vpmm_driver_t *w)
@@ -334,28 +357,46 @@ void vpmm_fault_clear(vpmm_driver_t *w)
     fault_drv_t *f = as_fault(w);
     if (!f)
         return;
+    pthread_mutex_lock(&f->mutex);
     memset(f->arm, 0, sizeof f->arm);
     memset(&f->any, 0, sizeof f->any);
+    pthread_mutex_unlock(&f->mutex);
 }
 
 uint64_t vpmm_fault_calls(vpmm_driver_t *w, vpmm_drv_entry_t entry)
 {
     fault_drv_t *f = as_fault(w);
+    uint64_t n;
     if (!f || (unsigned)entry >= (unsigned)VPMM_DRV_ENTRY_COUNT)
         return 0;
-    return f->calls[entry];
+    pthread_mutex_lock(&f->mutex);
+    n = f->calls[entry];
+    pthread_mutex_unlock(&f->mutex);
+    return n;
 }
 
 uint64_t vpmm_fault_total_calls(vpmm_driver_t *w)
 {
     fault_drv_t *f = as_fault(w);
-    return f ? f->total : 0;
+    uint64_t n;
+    if (!f)
+        return 0;
+    pthread_mutex_lock(&f->mutex);
+    n = f->total;
+    pthread_mutex_unlock(&f->mutex);
+    return n;
 }
 
 uint64_t vpmm_fault_injected(vpmm_driver_t *w)
 {
     fault_drv_t *f = as_fault(w);
-    return f ? f->injected : 0;
+    uint64_t n;
+    if (!f)
+        return 0;
+    pthread_mutex_lock(&f->mutex);
+    n = f->injected;
+    pthread_mutex_unlock(&f->mutex);
+    return n;
 }
 
 void vpmm_fault_live(vpmm_driver_t *w, vpmm_fault_live_t *out)
@@ -363,7 +404,13 @@ void vpmm_fault_live(vpmm_driver_t *w, vpmm_fault_live_t *out)
     fault_drv_t *f = as_fault(w);
     if (!out)
         return;
-    *out = f ? f->live : (vpmm_fault_live_t){ 0 };
+    if (!f) {
+        *out = (vpmm_fault_live_t){ 0 };
+        return;
+    }
+    pthread_mutex_lock(&f->mutex);
+    *out = f->live;
+    pthread_mutex_unlock(&f->mutex);
 }
 
 void vpmm_fault_reset_calls(vpmm_driver_t *w)
@@ -371,9 +418,11 @@ void vpmm_fault_reset_calls(vpmm_driver_t *w)
     fault_drv_t *f = as_fault(w);
     if (!f)
         return;
+    pthread_mutex_lock(&f->mutex);
     memset(f->calls, 0, sizeof f->calls);
     f->total = 0;
     f->injected = 0;
+    pthread_mutex_unlock(&f->mutex);
 }
 
 vpmm_driver_t *vpmm_fault_inner(vpmm_driver_t *w)

@@ -3,8 +3,9 @@
  * live-object counters, and makes chosen calls fail without reaching the inner driver. Tests use
  * it to check the exact driver traffic of the pool and to drive every failure path.
  *
- * Thread-safety: none; like every driver it is called under its pool's lock (driver.h rule 7),
- * and the vpmm_fault_* controls must be called under the same lock or from the owning test.
+ * Thread-safety: as every backend (driver.h rule 7), entries may be called from several threads at
+ * once; a recursive mutex serialises each call with its bookkeeping (and the inner call), and the
+ * vpmm_fault_* controls take it too.
  * Every vpmm_fault_* control given something other than a wrapper does nothing and returns 0/NULL.
  *
  * Arming: each entry point has one countdown and there is one "any entry" countdown. Every call

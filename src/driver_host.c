@@ -15,7 +15,8 @@
  *  - Also here: the slot table and array growth both halves use, the failure recorders, open and
  *    close, vpmm_host_counts and vpmm_host_check.
  *
- * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
+ * Thread-safety: every entry of the table runs under the instance's recursive mutex (driver.h
+ * rule 7; the wrappers are in driver_host.c).
  * Invariants: listed as equations above struct host_drv in driver_host_internal.h, all of them
  * checked by vpmm_host_check() at the end of this file (the stream ones I6, I7 here too; the graph
  * ones I8, I9 through vpmm_host_i_graph_check in driver_host_graph.c).
@@ -569,7 +570,142 @@ static void host_close(vpmm_driver_t *d)
     free(h->ext);
     free(h->handles.slots);
     free(h->resv);
+    pthread_mutex_destroy(&h->lock);
     free(h);
+}
+
+/*
+ * Thread safety (driver.h rule 7): the table's entries may be called from several threads at once,
+ * so each runs under the instance's recursive mutex (recursive: a user object's destructor may
+ * call the backend from inside a call). The vpmm_host_* controls do not take it: they belong to
+ * the test that owns the instance.
+ */
+#define LOCKED(h, call)                                                                            \
+    do {                                                                                           \
+        vpmm_dres_t r_;                                                                            \
+        pthread_mutex_lock(&(h)->lock);                                                            \
+        r_ = (call);                                                                               \
+        pthread_mutex_unlock(&(h)->lock);                                                          \
+        return r_;                                                                                 \
+    } while (0)
+
+static vpmm_dres_t locked_granularity(vpmm_driver_t *d, size_t *out_bytes)
+{
+    LOCKED((host_drv_t *)d, host_granularity(d, out_bytes));
+}
+
+static vpmm_dres_t locked_va_reserve(vpmm_driver_t *d, size_t size, size_t align, uintptr_t *out_va)
+{
+    LOCKED((host_drv_t *)d, host_va_reserve(d, size, align, out_va));
+}
+
+static vpmm_dres_t locked_va_free(vpmm_driver_t *d, uintptr_t va, size_t size)
+{
+    LOCKED((host_drv_t *)d, host_va_free(d, va, size));
+}
+
+static vpmm_dres_t locked_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handle_t *out_handle)
+{
+    LOCKED((host_drv_t *)d, host_mem_create(d, size, out_handle));
+}
+
+static vpmm_dres_t locked_mem_release(vpmm_driver_t *d, vpmm_drv_handle_t handle)
+{
+    LOCKED((host_drv_t *)d, host_mem_release(d, handle));
+}
+
+static vpmm_dres_t locked_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size,
+                                  vpmm_drv_handle_t handle, size_t offset)
+{
+    LOCKED((host_drv_t *)d, host_mem_map(d, va, size, handle, offset));
+}
+
+static vpmm_dres_t locked_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
+{
+    LOCKED((host_drv_t *)d, host_mem_unmap(d, va, size));
+}
+
+static vpmm_dres_t locked_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
+{
+    LOCKED((host_drv_t *)d, host_set_access(d, va, size));
+}
+
+static vpmm_dres_t locked_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_event_create(d, out_event));
+}
+
+static vpmm_dres_t locked_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_event_destroy(d, event));
+}
+
+static vpmm_dres_t locked_event_record(vpmm_driver_t *d, vpmm_drv_event_t event,
+                                       vpmm_stream_t stream)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_event_record(d, event, stream));
+}
+
+static vpmm_dres_t locked_event_query(vpmm_driver_t *d, vpmm_drv_event_t event)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_event_query(d, event));
+}
+
+static vpmm_dres_t locked_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream,
+                                            vpmm_drv_event_t event)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_stream_wait_event(d, stream, event));
+}
+
+static vpmm_dres_t locked_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
+                                       vpmm_capture_status_t *out_status, uint64_t *out_id,
+                                       vpmm_graph_t *out_graph)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_capture_info(d, stream, out_status, out_id, out_graph));
+}
+
+static vpmm_dres_t locked_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *out_total)
+{
+    LOCKED((host_drv_t *)d, host_mem_get_info(d, out_free, out_total));
+}
+
+static vpmm_dres_t locked_synchronize(vpmm_driver_t *d)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_synchronize(d));
+}
+
+static vpmm_dres_t locked_begin_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                        vpmm_capture_mode_t mode)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_begin_capture(d, stream, mode));
+}
+
+static vpmm_dres_t locked_end_capture(vpmm_driver_t *d, vpmm_stream_t stream,
+                                      vpmm_graph_t *out_graph)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_end_capture(d, stream, out_graph));
+}
+
+static vpmm_dres_t locked_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn destroy, void *arg,
+                                             vpmm_drv_uobj_t *out)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_user_object_create(d, destroy, arg, out));
+}
+
+static vpmm_dres_t locked_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t graph,
+                                                   vpmm_drv_uobj_t obj)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_graph_retain_user_object(d, graph, obj));
+}
+
+static vpmm_dres_t locked_user_object_release(vpmm_driver_t *d, vpmm_drv_uobj_t obj)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_i_user_object_release(d, obj));
+}
+
+static vpmm_dres_t locked_graph_destroy(vpmm_driver_t *d, vpmm_graph_t g)
+{
+    LOCKED((host_drv_t *)d, vpmm_host_graph_destroy(d, g));
 }
 
 vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
@@ -591,34 +727,41 @@ vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
         free(h);
         return VPMM_DRV_NO_DEVICE;
     }
+    {
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&h->lock, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
     h->gran = gran;
     h->limit = limit;
     h->rng = 0x9E3779B97F4A7C15ULL;
     h->next_capture_id = 1;
     h->base = (vpmm_driver_t){
         .name = "host",
-        .granularity = host_granularity,
-        .va_reserve = host_va_reserve,
-        .va_free = host_va_free,
-        .mem_create = host_mem_create,
-        .mem_release = host_mem_release,
-        .mem_map = host_mem_map,
-        .mem_unmap = host_mem_unmap,
-        .set_access = host_set_access,
-        .event_create = vpmm_host_i_event_create,
-        .event_destroy = vpmm_host_i_event_destroy,
-        .event_record = vpmm_host_i_event_record,
-        .event_query = vpmm_host_i_event_query,
-        .stream_wait_event = vpmm_host_i_stream_wait_event,
-        .capture_info = vpmm_host_i_capture_info,
-        .mem_get_info = host_mem_get_info,
-        .synchronize = vpmm_host_i_synchronize,
-        .begin_capture = vpmm_host_i_begin_capture,
-        .end_capture = vpmm_host_i_end_capture,
-        .user_object_create = vpmm_host_i_user_object_create,
-        .graph_retain_user_object = vpmm_host_i_graph_retain_user_object,
-        .user_object_release = vpmm_host_i_user_object_release,
-        .graph_destroy = vpmm_host_graph_destroy,
+        .granularity = locked_granularity,
+        .va_reserve = locked_va_reserve,
+        .va_free = locked_va_free,
+        .mem_create = locked_mem_create,
+        .mem_release = locked_mem_release,
+        .mem_map = locked_mem_map,
+        .mem_unmap = locked_mem_unmap,
+        .set_access = locked_set_access,
+        .event_create = locked_event_create,
+        .event_destroy = locked_event_destroy,
+        .event_record = locked_event_record,
+        .event_query = locked_event_query,
+        .stream_wait_event = locked_stream_wait_event,
+        .capture_info = locked_capture_info,
+        .mem_get_info = locked_mem_get_info,
+        .synchronize = locked_synchronize,
+        .begin_capture = locked_begin_capture,
+        .end_capture = locked_end_capture,
+        .user_object_create = locked_user_object_create,
+        .graph_retain_user_object = locked_graph_retain_user_object,
+        .user_object_release = locked_user_object_release,
+        .graph_destroy = locked_graph_destroy,
         .close = host_close,
     };
     *out = &h->base;

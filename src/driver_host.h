@@ -4,10 +4,11 @@
  * only when a test says so, graphs and user objects whose destructors run when the emulated
  * work lets them, and a device-memory limit that makes OOM testable.
  *
- * Thread-safety: none. An instance belongs to one pool and is called under its lock (driver.h,
- * rule 7); the vpmm_host_* helpers below must be called under the same lock (or from a test that
- * owns the instance). Invariants are written above struct host_drv in driver_host_internal.h and
- * checked by vpmm_host_check(), which tests call after every mutation.
+ * Thread-safety: the table's entries may be called from several threads at once (driver.h rule
+ * 7): each runs under the instance's recursive mutex. The vpmm_host_* helpers below do not take
+ * it: call them from the test that owns the instance while no other thread uses it. Invariants are
+ * written above struct host_drv in driver_host_internal.h and checked by vpmm_host_check(), which
+ * tests call after every mutation.
  *
  * Every vpmm_host_* helper takes the vpmm_driver_t returned by vpmm_host_open (not a wrapper such
  * as driver_fault's: unwrap it with vpmm_fault_inner). Given anything else it does nothing and

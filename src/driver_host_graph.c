@@ -17,7 +17,8 @@
  * runs in vpmm_host_i_graph_progress, which every call that can drop a reference ends with, so a
  * destructor always sees a consistent instance (it may even call the backend again).
  *
- * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
+ * Thread-safety: every entry of the table runs under the instance's recursive mutex (driver.h
+ * rule 7; the wrappers are in driver_host.c).
  * Invariants: I8 and I9 above struct host_drv in driver_host_internal.h, checked here by
  * vpmm_host_i_graph_check (called from vpmm_host_check). Failure atomicity (rule 1): each call
  * allocates what it needs before its first visible change; destroy and release never allocate.

@@ -198,7 +198,8 @@ typedef struct host_event {
  *      zombie_execs counts them; launches name distinct streams, seq ≤ stream->enqueued.
  */
 typedef struct host_drv {
-    vpmm_driver_t base; /* first member: the table the core calls */
+    vpmm_driver_t base;   /* first member: the table the core calls */
+    pthread_mutex_t lock; /* recursive: held by every entry of the table (driver_host.c) */
     size_t gran, limit;
 
     int fd;

@@ -12,7 +12,8 @@
  * ending, joining, merging and invalidation; each builds one graph. Also here: the stream-side
  * entry points of the driver table (capture ones included) and the wait log.
  *
- * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
+ * Thread-safety: every entry of the table runs under the instance's recursive mutex (driver.h
+ * rule 7; the wrappers are in driver_host.c).
  * Invariants: I6 and I7 above struct host_drv in driver_host_internal.h, checked with the rest by
  * vpmm_host_check() in driver_host.c (I9, which ties captures to their graphs, in
  * driver_host_graph.c). Failure atomicity (rule 1): each entry point allocates what it needs

@@ -47,6 +47,110 @@ undo:
     return st;
 }
 
+vpmm_dres_t vpmm_i_precreate(vpmm_driver_t *d, size_t page_size, size_t npages, size_t unit,
+                             vpmm_precreated_t *set)
+{
+    const size_t n = vpmm_i_pages_handles(npages, unit);
+    size_t i;
+    vpmm_dres_t r = VPMM_DRV_OK;
+
+    if (set->cap < set->n + n) {
+        vpmm_phys_t **h = realloc(set->h, (set->n + n) * sizeof *h);
+        if (h == NULL)
+            return VPMM_DRV_OUT_OF_MEMORY;
+        set->h = h;
+        set->cap = set->n + n;
+    }
+    for (i = 0; i < n && r == VPMM_DRV_OK; i++) {
+        size_t pages = i + 1 < n || npages % unit == 0 ? unit : npages % unit;
+        vpmm_phys_t *ph = calloc(1, sizeof *ph);
+        if (ph == NULL) {
+            r = VPMM_DRV_OUT_OF_MEMORY;
+            break;
+        }
+        ph->size = pages * page_size;
+        r = d->mem_create(d, ph->size, &ph->handle);
+        if (r != VPMM_DRV_OK) {
+            free(ph);
+            break;
+        }
+        set->h[set->n + i] = ph;
+    }
+    if (r != VPMM_DRV_OK) { /* all or nothing */
+        while (i-- > 0) {
+            (void)d->mem_release(d, set->h[set->n + i]->handle);
+            free(set->h[set->n + i]);
+        }
+        return r;
+    }
+    set->n += n;
+    return VPMM_DRV_OK;
+}
+
+void vpmm_i_precreated_discard(vpmm_driver_t *d, vpmm_precreated_t *set)
+{
+    for (size_t i = 0; i < set->n; i++) {
+        /* A transient failure must not leak the handle: a second try, as at teardown. */
+        if (d->mem_release(d, set->h[i]->handle) != VPMM_DRV_OK)
+            (void)d->mem_release(d, set->h[i]->handle);
+        free(set->h[i]);
+    }
+    free(set->h);
+    *set = (vpmm_precreated_t){ NULL, 0, 0, 0 };
+}
+
+/* A handle of `bytes` from the set, or NULL. */
+static vpmm_phys_t *take_precreated(vpmm_precreated_t *set, size_t bytes)
+{
+    for (size_t i = 0; set != NULL && i < set->n; i++) {
+        if (set->h[i]->size == bytes) {
+            vpmm_phys_t *ph = set->h[i];
+            set->h[i] = set->h[--set->n];
+            return ph;
+        }
+    }
+    return NULL;
+}
+
+vpmm_status_t vpmm_i_pages_create_from(vpmm_pool_t *p, size_t npages, size_t unit,
+                                       vpmm_phys_t **out, vpmm_precreated_t *set)
+{
+    const size_t n = vpmm_i_pages_handles(npages, unit);
+    unsigned char *made;
+    vpmm_status_t st = VPMM_SUCCESS;
+    size_t i;
+
+    if (set == NULL || set->n == 0)
+        return vpmm_i_pages_create(p, npages, unit, out);
+    made = calloc(n, 1);
+    if (made == NULL) {
+        vpmm_i_set_error("out of host memory for page bookkeeping");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    /* The set's handles where their size fits; one handle each created for the others. */
+    for (i = 0; i < n && st == VPMM_SUCCESS; i++) {
+        const size_t pages = i + 1 < n || npages % unit == 0 ? unit : npages % unit;
+        out[i] = take_precreated(set, pages * p->page_size);
+        if (out[i] == NULL) {
+            st = vpmm_i_pages_create(p, pages, pages, &out[i]);
+            made[i] = st == VPMM_SUCCESS;
+        }
+    }
+    if (st != VPMM_SUCCESS) {
+        /* All or nothing: release what was made here, hand the set's handles back to it. */
+        while (i-- > 0) {
+            if (out[i] == NULL)
+                continue;
+            if (made[i])
+                vpmm_i_pages_destroy(p, &out[i], 1);
+            else
+                set->h[set->n++] = out[i]; /* it held them: capacity is there */
+        }
+    }
+    free(made);
+    return st;
+}
+
 void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

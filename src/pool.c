@@ -282,8 +282,14 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
 
 /* ---- malloc / free ------------------------------------------------------------------------- */
 
-/* Phases 0, 1b, 1c and 2. */
-static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out)
+/*
+ * Phases 0, 1b, 1c and 2. When phase 2 must create memory, the handles are created without the
+ * pool lock (driver.h rule 7): other threads' mallocs and frees go on meanwhile. Then everything
+ * is planned again under the lock — memory may have been freed or taken in between — and the new
+ * plan takes the handles it can use from `pre`; the caller releases the rest without the lock.
+ */
+static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out,
+                                 vpmm_precreated_t *pre)
 {
     vpmm_plan_t plan;
     vpmm_region_t *r;
@@ -316,7 +322,22 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     }
     memset(&plan, 0, sizeof plan);
     VPMM_CHECK(vpmm_i_plan_make(p, s, rsize, &plan));
-    st = vpmm_i_defrag(p, s, &plan, out);
+    if (plan.nnew > 0 && !pre->tried) {
+        const size_t nnew = plan.nnew, unit = plan.unit;
+        vpmm_i_plan_fini(&plan);
+        pre->tried = 1;
+        vpmm_i_unlock(p);
+        /* A failure here is not reported: creating under the lock below says what fails. */
+        (void)vpmm_i_precreate(p->drv, p->page_size, nnew, unit, pre);
+        vpmm_i_lock(p);
+        /* Other threads may have used the nodes and table room reserved before. */
+        if (vpmm_i_region_reserve(p, 4) != VPMM_SUCCESS || vpmm_hmap_reserve(&p->allocs, 1) != 0) {
+            vpmm_i_set_error("vpmm_malloc: out of host memory for bookkeeping");
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        }
+        return malloc_slow(p, s, rsize, out, pre);
+    }
+    st = vpmm_i_defrag(p, s, &plan, pre, out);
     vpmm_i_plan_fini(&plan);
     return st;
 }
@@ -324,9 +345,11 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
 vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
 {
     vpmm_capture_status_t cap;
+    vpmm_precreated_t pre = { NULL, 0, 0, 0 };
     vpmm_region_t *r;
     vpmm_strm_t *s;
     vpmm_status_t st;
+    vpmm_dres_t dres;
     uint64_t capture_id;
     size_t rsize;
 
@@ -348,14 +371,15 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
         return VPMM_ERROR_SIZE_TOO_LARGE;
     }
 
-    vpmm_i_lock(pool);
-    /* The legacy default stream is never captured (driver.h rule 6): no query on its hot path. */
+    /* The legacy default stream is never captured (driver.h rule 6): no query on its hot path.
+     * Other streams are asked before the lock is taken: the query needs no pool state. */
     cap = VPMM_CAPTURE_NONE;
     capture_id = 0;
-    st = VPMM_SUCCESS;
+    dres = VPMM_DRV_OK;
     if (!vpmm_i_stream_is_legacy(stream))
-        st = vpmm_i_drv_status(pool,
-                               pool->drv->capture_info(pool->drv, stream, &cap, &capture_id, NULL));
+        dres = pool->drv->capture_info(pool->drv, stream, &cap, &capture_id, NULL);
+    vpmm_i_lock(pool);
+    st = vpmm_i_drv_status(pool, dres);
     if (VPMM_UNLIKELY(st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE)) {
         /* A capture: its graph pool serves it (graph/), never the shared pool. */
         st = vpmm_g_malloc(pool, stream, capture_id, size, out_ptr);
@@ -378,7 +402,7 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     } else {
         r = vpmm_i_fit_nowait(pool, s, rsize);
         if (VPMM_UNLIKELY(r == NULL)) {
-            st = malloc_slow(pool, s, rsize, &r);
+            st = malloc_slow(pool, s, rsize, &r, &pre);
             if (st != VPMM_SUCCESS) {
                 if (st == VPMM_ERROR_OUT_OF_MEMORY) {
                     pool->c.ooms++;
@@ -394,6 +418,8 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     *out_ptr = (void *)r->addr;
 out:
     vpmm_i_unlock(pool);
+    if (VPMM_UNLIKELY(pre.h != NULL))
+        vpmm_i_precreated_discard(pool->drv, &pre); /* the handles the final plan did not use */
     return st;
 }
 

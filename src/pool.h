@@ -366,6 +366,28 @@ size_t vpmm_i_pages_handles(size_t npages, size_t unit);
 vpmm_status_t vpmm_i_pages_create(vpmm_pool_t *p, size_t npages, size_t unit, vpmm_phys_t **out);
 /* Releases handles created by vpmm_i_pages_create that were never linked. */
 void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n);
+
+/*
+ * Handles created WITHOUT the pool lock (driver.h rule 7: the driver is thread-safe), so that the
+ * slowest driver call of a growth does not block the pool's other threads. The slow path plans
+ * under the lock, drops it to create what the plan needs, takes it again and plans again: the
+ * new plan takes matching handles from the set first (vpmm_i_pages_create_from) and creates the
+ * rest under the lock; what is left is released, again without the lock.
+ */
+typedef struct vpmm_precreated {
+    vpmm_phys_t **h;
+    size_t n, cap;
+    int tried; /* the slow path dropped the lock once for it (never twice per malloc) */
+} vpmm_precreated_t;
+/* Creates handles for npages pages in units of `unit` pages into set (no pool state touched:
+ * callable without the lock). VPMM_DRV_OK, or the failing driver result (the set is unchanged). */
+vpmm_dres_t vpmm_i_precreate(vpmm_driver_t *d, size_t page_size, size_t npages, size_t unit,
+                             vpmm_precreated_t *set);
+/* Releases the set's handles and frees it (no pool state touched: callable without the lock). */
+void vpmm_i_precreated_discard(vpmm_driver_t *d, vpmm_precreated_t *set);
+/* vpmm_i_pages_create that takes handles of the right size from set first (set may be NULL). */
+vpmm_status_t vpmm_i_pages_create_from(vpmm_pool_t *p, size_t npages, size_t unit,
+                                       vpmm_phys_t **out, vpmm_precreated_t *set);
 /* Maps pages[0..n) one after another from va (then one set_access); undoes all on failure. */
 vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n);
 /* Undoes vpmm_i_pages_map. */
@@ -438,9 +460,10 @@ void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole
 
 /* Phase 0: unmaps zombies whose marker completed; their VA becomes holes. */
 void vpmm_i_reclaim_zombies(vpmm_pool_t *p);
-/* Phase 2: executes a plan, transactionally; *out_span is a FREE region of s with >= size bytes. */
+/* Phase 2: executes a plan, transactionally; *out_span is a FREE region of s with >= size bytes.
+ * New handles come from pre first (may be NULL). */
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
-                            vpmm_region_t **out_span);
+                            vpmm_precreated_t *pre, vpmm_region_t **out_span);
 
 /* ---- arenas (arena.c) ---------------------------------------------------------------------- */
 

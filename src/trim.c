@@ -9,10 +9,12 @@
  * held by a graph pool a graph uses, stays). Their VA becomes hole; extra shared chunks that
  * became one whole hole are given back too.
  *
- * Per handle: unmap, then release. If the unmap fails nothing changed. If the release fails
- * twice the handle is mapped back (nothing changed); if even that fails, the handle — unmapped,
- * its memory not yet returned — goes to pool->unreleased, retried by every later trim and by the
- * pool's destruction, so a driver failure loses track of nothing. Called with the pool lock.
+ * Per handle: unmap (under the pool lock: the VA becomes hole), then release — after the lock is
+ * dropped (driver.h rule 7): a release is the slowest driver call there is (~0.5 ms for 1 GiB),
+ * and nothing of the pool refers to the handle any more. If the unmap fails nothing changed and
+ * the trim stops. A release that fails twice leaves the handle — unmapped, its memory not yet
+ * returned — in pool->unreleased, retried by every later trim and by the pool's destruction, so a
+ * driver failure loses track of nothing.
  */
 #include <stdlib.h>
 
@@ -111,24 +113,11 @@ static void forget_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
     free(ph);
 }
 
-/* Unmaps and releases one handle; on failure the pool is as it was (see the head comment). */
-static vpmm_status_t release_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
+/* Unmaps one handle and forgets it (under the lock); its handle goes to `out` for release. */
+static vpmm_status_t unmap_handle(vpmm_pool_t *p, vpmm_phys_t *ph, vpmm_drv_handle_t *out)
 {
-    vpmm_driver_t *d = p->drv;
-    VPMM_CHECK(vpmm_i_drv_status(p, d->mem_unmap(d, ph->va, ph->size)));
-    if (d->mem_release(d, ph->handle) != VPMM_DRV_OK &&
-        d->mem_release(d, ph->handle) != VPMM_DRV_OK) {
-        vpmm_status_t st = vpmm_i_drv_status(p, VPMM_DRV_ERROR);
-        if (d->mem_map(d, ph->va, ph->size, ph->handle, 0) == VPMM_DRV_OK) {
-            if (d->set_access(d, ph->va, ph->size) == VPMM_DRV_OK)
-                return st; /* mapped back: nothing changed */
-            (void)d->mem_unmap(d, ph->va, ph->size);
-        }
-        /* Unmapped for good, not yet released: keep the handle for a later retry. */
-        p->unreleased[p->nunreleased++] = ph->handle;
-        forget_handle(p, ph);
-        return st;
-    }
+    VPMM_CHECK(vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, ph->va, ph->size)));
+    *out = ph->handle;
     forget_handle(p, ph);
     return VPMM_SUCCESS;
 }
@@ -136,7 +125,8 @@ static vpmm_status_t release_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
 vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
 {
     vpmm_phys_t **cand = NULL;
-    size_t n = 0, cap = 0, before;
+    vpmm_drv_handle_t *unmapped = NULL;
+    size_t n = 0, cap = 0, nunmapped = 0, before, failed = 0;
     vpmm_status_t st;
 
     if (pool == NULL) {
@@ -155,26 +145,31 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
     for (vpmm_arena_t *a = pool->privates; a && st == VPMM_SUCCESS; a = a->next)
         if (!a->pinned && a->captures == 0)
             st = candidates(pool, a, &cand, &n, &cap);
-    /* Room first, so that nothing below needs host memory. */
+    /* Room first, so that nothing below needs host memory (a failed release must be kept). */
     if (st == VPMM_SUCCESS)
         st = vpmm_i_region_reserve(pool, 2 * n + 2);
     if (st == VPMM_SUCCESS && pool->unreleased_cap < pool->nunreleased + n) {
         vpmm_drv_handle_t *u = realloc(pool->unreleased, (pool->nunreleased + n) * sizeof *u);
-        if (u == NULL) {
-            vpmm_i_set_error("vpmm_trim: out of host memory");
-            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        } else {
+        if (u != NULL) {
             pool->unreleased = u;
             pool->unreleased_cap = pool->nunreleased + n;
         }
     }
-    if (n > 0 && pool->c.mapped_bytes > target_bytes) {
+    if (st == VPMM_SUCCESS && pool->unreleased_cap >= pool->nunreleased + n &&
+        (unmapped = malloc((n ? n : 1) * sizeof *unmapped)) == NULL)
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    else if (st == VPMM_SUCCESS && pool->unreleased_cap < pool->nunreleased + n)
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    if (st == VPMM_ERROR_HOST_OUT_OF_MEMORY)
+        vpmm_i_set_error("vpmm_trim: out of host memory");
+    if (st == VPMM_SUCCESS && n > 0 && pool->c.mapped_bytes > target_bytes) {
         size_t bytes = 0;
         for (size_t i = 0; i < n; i++)
             bytes += cand[i]->size;
         vpmm_i_nvtx_push(VPMM_NVTX_TRIM, VPMM_MIN(bytes, pool->c.mapped_bytes - target_bytes));
         for (size_t i = 0; i < n && st == VPMM_SUCCESS && pool->c.mapped_bytes > target_bytes; i++)
-            st = release_handle(pool, cand[i]);
+            if ((st = unmap_handle(pool, cand[i], &unmapped[nunmapped])) == VPMM_SUCCESS)
+                nunmapped++;
         vpmm_i_nvtx_pop();
     }
     vpmm_i_chunk_trim(pool, 1);
@@ -183,5 +178,23 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
         *out_released = before - pool->c.mapped_bytes;
     vpmm_i_unlock(pool);
     free(cand);
+
+    /* The releases, without the lock; one that fails twice is kept for a later retry. */
+    for (size_t i = 0; i < nunmapped; i++) {
+        vpmm_driver_t *d = pool->drv;
+        if (d->mem_release(d, unmapped[i]) == VPMM_DRV_OK ||
+            d->mem_release(d, unmapped[i]) == VPMM_DRV_OK)
+            continue;
+        unmapped[failed++] = unmapped[i];
+    }
+    if (failed > 0) {
+        vpmm_i_lock(pool);
+        for (size_t i = 0; i < failed; i++)
+            pool->unreleased[pool->nunreleased++] = unmapped[i]; /* room reserved above */
+        if (st == VPMM_SUCCESS)
+            st = vpmm_i_drv_status(pool, VPMM_DRV_ERROR);
+        vpmm_i_unlock(pool);
+    }
+    free(unmapped);
     return st;
 }
