@@ -124,12 +124,13 @@ vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *gp, vpmm_checkpoint_t **ou
     vpmm_pool_t *p;
     vpmm_status_t st;
 
+    if (out != NULL)
+        *out = NULL;
     VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_checkpoint_take"));
     if (out == NULL) {
         vpmm_i_set_error("vpmm_checkpoint_take: out_checkpoint is NULL");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
-    *out = NULL;
     ck = calloc(1, sizeof *ck);
     if (ck == NULL) {
         vpmm_i_set_error("out of host memory for a checkpoint");
@@ -211,7 +212,8 @@ static ptrdiff_t alloc_index(const vpmm_checkpoint_t *ck, uintptr_t addr)
     return -1;
 }
 
-/* The allocations that come back: the checkpoint's minus the dead ones, streams resolved. */
+/* The allocations that come back: the checkpoint's minus the dead ones, in address order. Their
+ * streams are resolved by resolve_streams once the reapply is known to succeed. */
 static vpmm_status_t wanted_allocs(vpmm_pool_t *p, const vpmm_checkpoint_t *ck, void *const *dead,
                                    size_t ndead, vpmm_span_t **out, size_t *nout)
 {
@@ -239,12 +241,7 @@ static vpmm_status_t wanted_allocs(vpmm_pool_t *p, const vpmm_checkpoint_t *ck, 
         const ck_alloc_t *c = &ck->allocs[i];
         if (is_dead[i])
             continue;
-        w[n] = (vpmm_span_t){ c->addr, c->size, c->requested, vpmm_i_stream_get(p, c->stream) };
-        if (w[n].stream == NULL) {
-            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-            goto out;
-        }
-        n++;
+        w[n++] = (vpmm_span_t){ c->addr, c->size, c->requested, NULL };
     }
 out:
     free(is_dead);
@@ -254,6 +251,26 @@ out:
     }
     *out = w;
     *nout = n;
+    return VPMM_SUCCESS;
+}
+
+/*
+ * Gives each wanted allocation its stream record, created for a stream released since the
+ * checkpoint was taken. Called once validation passed (check_mapped): a refused reapply creates
+ * nothing. w is the checkpoint's allocations minus the dead ones, both in address order.
+ */
+static vpmm_status_t resolve_streams(vpmm_pool_t *p, const vpmm_checkpoint_t *ck, vpmm_span_t *w,
+                                     size_t n)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < ck->nallocs && j < n; i++) {
+        if (ck->allocs[i].addr != w[j].addr)
+            continue; /* a dead one */
+        w[j].stream = vpmm_i_stream_get(p, ck->allocs[i].stream);
+        if (w[j].stream == NULL)
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        j++;
+    }
     return VPMM_SUCCESS;
 }
 
@@ -462,6 +479,7 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
     /* Each rewrite gives its old nodes back before taking at most 2m + 1 new ones (m wanted
      * allocations in it): 2n + 1 spare nodes cover them all; a revived handle takes 4 more, the
      * allocation on it 3. */
+    VPMM_CHECK_GOTO(st, resolve_streams(p, ck, w, n), out);
     VPMM_CHECK_GOTO(st, vpmm_i_rewrite_reserve(p, a, 2 * n + 1 + 4 * handles + 3 * n, w, n), out);
     /* Cannot fail from here. First the allocations on mapped memory, then the revived ones. */
     vpmm_i_nvtx_push(VPMM_NVTX_CHECKPOINT_REAPPLY, n);

@@ -272,11 +272,12 @@ vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_gra
     vpmm_status_t st;
     uint64_t id;
 
+    if (out_graph != NULL)
+        *out_graph = NULL;
     if (pool == NULL || out_graph == NULL) {
         vpmm_i_set_error("vpmm_capture_end: %s is NULL", pool == NULL ? "pool" : "out_graph");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
-    *out_graph = NULL;
     d = vpmm_i_pool_driver(pool);
     vpmm_i_lock(pool);
     st = capture_of(pool, stream, "vpmm_capture_end", &id);
@@ -363,12 +364,13 @@ vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
     vpmm_status_t st;
     uint64_t id;
 
+    if (out != NULL)
+        *out = NULL;
     if (pool == NULL || out == NULL) {
         vpmm_i_set_error("vpmm_capture_graph_pool: %s is NULL",
                          pool == NULL ? "pool" : "out_graph_pool");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
-    *out = NULL;
     vpmm_i_lock(pool);
     g = vpmm_gp_state(pool);
     st = g ? capture_of(pool, stream, "vpmm_capture_graph_pool", &id)

@@ -153,6 +153,14 @@ vpmm_status_t vpmm_g_fini(vpmm_pool_t *p)
     if (*slot == NULL)
         return VPMM_SUCCESS;
     vpmm_g_collect(p);
+    /* A capture in progress: refused before the synchronize below, which would invalidate it. */
+    vpmm_cap_refresh(p, *slot);
+    if ((*slot)->captures != NULL) {
+        const vpmm_capture_rec_t *rec = (*slot)->captures;
+        vpmm_i_set_error("vpmm_pool_destroy: stream %p is being captured into graph pool g%u",
+                         (void *)rec->stream, rec->gp->id);
+        return VPMM_ERROR_POOL_BUSY;
+    }
     if ((*slot)->pools != NULL && waiting_for_destructors(*slot)) {
         (void)vpmm_i_pool_synchronize(p); /* launches done: only the destructor thread remains */
         for (int ms = 0; ms < FINI_WAIT_MS && waiting_for_destructors(*slot); ms++) {
@@ -181,12 +189,13 @@ vpmm_status_t vpmm_g_fini(vpmm_pool_t *p)
 vpmm_status_t vpmm_graph_pool_create(vpmm_pool_t *pool, vpmm_graph_pool_t **out)
 {
     vpmm_status_t st;
+    if (out != NULL)
+        *out = NULL;
     if (pool == NULL || out == NULL) {
         vpmm_i_set_error("vpmm_graph_pool_create: %s is NULL",
                          pool == NULL ? "pool" : "out_graph_pool");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
-    *out = NULL;
     vpmm_i_lock(pool);
     vpmm_g_collect(pool);
     st = vpmm_gp_new(pool, 1, out);

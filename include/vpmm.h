@@ -211,8 +211,10 @@ vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_po
 
 /*
  * Destroys a pool: waits for the device to finish, unmaps and releases everything, frees the VA.
- * Refuses with VPMM_ERROR_POOL_BUSY (pool unchanged) while allocations are live. If a driver call
- * fails part-way the pool stays valid (smaller) and the call may be repeated. Threads: alone.
+ * Refuses with VPMM_ERROR_POOL_BUSY (pool unchanged) while allocations are live, a graph pool
+ * is alive or a capture into one is in progress (refused before any synchronize, so the capture
+ * is not disturbed). If a driver call fails part-way the pool stays valid (smaller) and the call
+ * may be repeated. Threads: alone.
  */
 vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool);
 
@@ -232,14 +234,16 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
  * Frees an allocation, stream-ordered on its allocation stream: that stream may reuse the memory
  * at once, other streams once the GPU has finished the work enqueued before this call.
  * vpmm_free(pool, NULL) does nothing and succeeds, as free(3) and cudaFree(0) do.
- * Threads: any; makes no driver call. Any thread may free any allocation.
+ * Threads: any. Any thread may free any allocation. No driver call, except one capture query
+ * for a graph pool's allocation freed while a capture into that graph pool runs.
  */
 vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr);
 
 /*
  * Tells the pool that stream is about to be destroyed: the pool records a last completion marker
  * on it and forgets it; memory it freed becomes reusable by other streams once that marker
- * completes. Call it before cudaStreamDestroy for streams that freed vpmm memory.
+ * completes. Call it before cudaStreamDestroy for streams that freed vpmm memory. A stream
+ * being captured is refused with VPMM_ERROR_STREAM_CAPTURING (end the capture first).
  * Threads: any (records one event under the lock); not concurrently with mallocs on that stream.
  */
 vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream);

@@ -472,13 +472,29 @@ out:
 
 vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
 {
+    vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
+    vpmm_dres_t dres = VPMM_DRV_OK;
     vpmm_strm_t *s;
-    vpmm_status_t st = VPMM_SUCCESS;
+    vpmm_status_t st;
     if (pool == NULL) {
         vpmm_i_set_error("vpmm_stream_release: pool is NULL");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
+    /* A stream being captured is still in use: releasing it would end vpmm's record of the
+     * capture while CUDA's goes on. Refused, nothing changed. */
+    if (!vpmm_i_stream_is_legacy(stream))
+        dres = pool->drv->capture_info(pool->drv, stream, &cap, NULL, NULL);
     vpmm_i_lock(pool);
+    st = vpmm_i_drv_status(pool, dres);
+    if (st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE) {
+        vpmm_i_set_error("vpmm_stream_release: stream %p is being captured; end the capture first",
+                         (void *)stream);
+        st = VPMM_ERROR_STREAM_CAPTURING;
+    }
+    if (st != VPMM_SUCCESS) {
+        vpmm_i_unlock(pool);
+        return st;
+    }
     vpmm_g_stream_released(pool, stream);
     for (s = pool->streams; s && s->handle != stream; s = s->next)
         ;

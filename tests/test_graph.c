@@ -261,7 +261,7 @@ static void test_register_external_capture(void **state)
 static void test_capture_errors_change_nothing(void **state)
 {
     tpool_t t, t2;
-    vpmm_graph_pool_t *gp, *foreign;
+    vpmm_graph_pool_t *gp, *foreign, *scratch = (vpmm_graph_pool_t *)1;
     vpmm_stream_t s;
     vpmm_graph_t g = (vpmm_graph_t)1;
     tsnap_t before, after;
@@ -282,7 +282,8 @@ static void test_capture_errors_change_nothing(void **state)
     assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_ERROR_NOT_CAPTURING);
     assert_null(g);
     assert_int_equal(vpmm_capture_end(t.pool, s, NULL), VPMM_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vpmm_graph_pool_create(NULL, &gp), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_graph_pool_create(NULL, &scratch), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_null(scratch); /* out pointers are set to NULL on error */
     assert_int_equal(vpmm_graph_pool_create(t.pool, NULL), VPMM_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vpmm_graph_pool_stats(gp, NULL), VPMM_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vpmm_graph_pool_stats(NULL, NULL), VPMM_ERROR_INVALID_ARGUMENT);
