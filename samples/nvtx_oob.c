@@ -27,13 +27,13 @@
 #include "vpmm.h"
 #ifdef VPMM_DEMO_KERNELS
 #include "demo_kernels.h"
-#endif
 
 static int fail(const char *what, vpmm_status_t st)
 {
     fprintf(stderr, "nvtx_oob: %s failed: %s (%s)\n", what, vpmm_strerror(st), vpmm_last_error());
     return 1;
 }
+#endif
 
 int main(int argc, char **argv)
 {

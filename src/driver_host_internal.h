@@ -168,10 +168,19 @@ typedef struct host_exec {
     size_t n_launches, launches_cap;
 } host_exec_t;
 
+/*
+ * An event: a point of a stream. A wait enqueued on the stream after its last work item is part
+ * of that point too (CUDA orders the record after the wait), so the record copies the stream's
+ * trailing barriers — those at = seq — into deps (their `at` unused): the event is complete when
+ * the stream has completed seq and every dep's signaller its seq. A stream that waits on the
+ * event waits on the deps too, so the ordering is transitive, as in CUDA.
+ */
 typedef struct host_event {
     host_stream_t *stream; /* NULL: never recorded */
     uint64_t seq;          /* stream->enqueued when recorded */
     uint64_t capture_id;   /* nonzero: last recorded in that capture (seq is then 0) */
+    host_barrier_t *deps;  /* deps[0, ndeps): unsatisfied waits at seq when recorded */
+    size_t ndeps, deps_cap;
 } host_event_t;
 
 /*

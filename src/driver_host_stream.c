@@ -150,6 +150,32 @@ static host_event_t *event_get(const host_drv_t *h, vpmm_drv_event_t ev)
     return vpmm_host_i_slot_get(&h->events, (uint64_t)(uintptr_t)ev);
 }
 
+/* Whether a plain (not captured) event's work is complete: its point and the waits before it. */
+static int event_done(const host_event_t *ev)
+{
+    if (ev->stream == NULL)
+        return 1; /* never recorded: complete, as in CUDA */
+    if (ev->stream->completed < ev->seq)
+        return 0;
+    for (size_t i = 0; i < ev->ndeps; i++)
+        if (ev->deps[i].signaller->completed < ev->deps[i].seq)
+            return 0;
+    return 1;
+}
+
+/* Appends a barrier at st->enqueued on (signaller, seq) unless it is satisfied; merges it with the
+ * last one when that has the same signaller and position. Room was reserved by the caller. */
+static void barrier_add(host_stream_t *st, host_stream_t *signaller, uint64_t seq)
+{
+    host_barrier_t *last = st->bar_len > st->bar_head ? &st->bar[st->bar_len - 1] : NULL;
+    if (signaller == st || signaller->completed >= seq)
+        return;
+    if (last && last->at == st->enqueued && last->signaller == signaller)
+        last->seq = VPMM_MAX(last->seq, seq);
+    else
+        st->bar[st->bar_len++] = (host_barrier_t){ st->enqueued, signaller, seq };
+}
+
 vpmm_dres_t vpmm_host_i_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
 {
     host_drv_t *h = (host_drv_t *)d;
@@ -174,6 +200,7 @@ vpmm_dres_t vpmm_host_i_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
     if (!ev)
         return vpmm_host_i_fail_invalid(h, VPMM_DRV_EVENT_DESTROY);
     vpmm_host_i_slot_drop(&h->events, (uint64_t)(uintptr_t)event);
+    free(ev->deps);
     free(ev);
     h->counts.events--;
     return VPMM_DRV_OK;
@@ -187,11 +214,16 @@ vpmm_dres_t vpmm_host_i_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, v
     if (!ev)
         return vpmm_host_i_fail_invalid(h, e);
     host_stream_t *st = vpmm_host_i_stream_get(h, stream);
-    if (!st)
+    size_t ntrail = 0;
+    if (st && !st->capture)
+        for (size_t i = st->bar_len; i > st->bar_head && st->bar[i - 1].at == st->enqueued; i--)
+            ntrail++;
+    if (!st || RESERVE(ev->deps, ev->deps_cap, ntrail))
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     if (st->capture && st->capture->invalidated)
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
     ev->stream = st;
+    ev->ndeps = 0;
     if (st->capture) {
         /* In a capture the record becomes a graph node: the event no longer tracks real work. */
         ev->seq = 0;
@@ -199,6 +231,9 @@ vpmm_dres_t vpmm_host_i_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, v
     } else {
         ev->seq = st->enqueued;
         ev->capture_id = 0;
+        for (size_t i = st->bar_len - ntrail; i < st->bar_len; i++)
+            if (st->bar[i].signaller->completed < st->bar[i].seq)
+                ev->deps[ev->ndeps++] = st->bar[i];
     }
     return VPMM_DRV_OK;
 }
@@ -218,7 +253,7 @@ vpmm_dres_t vpmm_host_i_event_query(vpmm_driver_t *d, vpmm_drv_event_t event)
             c->invalidated = 1;
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURED_EVENT);
     }
-    if (ev->stream && ev->stream->completed < ev->seq)
+    if (!event_done(ev))
         return vpmm_host_i_fail(h, e, VPMM_DRV_NOT_READY, CODE_NOT_READY);
     return VPMM_DRV_OK; /* done, or never recorded (as CUDA) */
 }
@@ -239,7 +274,7 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
         return vpmm_host_i_fail_invalid(h, e);
     host_stream_t *st = vpmm_host_i_stream_get(h, stream);
     if (!st || RESERVE(h->waits, h->waits_cap, h->n_waits + 1) ||
-        RESERVE(st->bar, st->bar_cap, st->bar_len + 1))
+        RESERVE(st->bar, st->bar_cap, st->bar_len + 1 + ev->ndeps))
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     host_capture_t *mine = st->capture;
     if (mine && mine->invalidated)
@@ -265,13 +300,12 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
     } else if (mine) {
         mine->invalidated = 1;
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_ISOLATION);
-    } else if (ev->stream && ev->stream != st && ev->stream->completed < ev->seq) {
-        /* Barriers are appended in `at` order; merge with one for the same signaller and `at`. */
-        host_barrier_t *last = st->bar_len > st->bar_head ? &st->bar[st->bar_len - 1] : NULL;
-        if (last && last->at == st->enqueued && last->signaller == ev->stream)
-            last->seq = VPMM_MAX(last->seq, ev->seq);
-        else
-            st->bar[st->bar_len++] = (host_barrier_t){ st->enqueued, ev->stream, ev->seq };
+    } else if (ev->stream) {
+        /* Barriers are appended in `at` order: one on the event's point, one per wait before it
+         * (a wait on a stream's own point is a no-op: its work is ahead in the same stream). */
+        barrier_add(st, ev->stream, ev->seq);
+        for (size_t i = 0; i < ev->ndeps; i++)
+            barrier_add(st, ev->deps[i].signaller, ev->deps[i].seq);
     }
     h->waits[h->n_waits++] = (vpmm_host_wait_t){
         .waiter = stream,
@@ -452,6 +486,9 @@ void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s)
     if (!st)
         return;
     stream_complete_to(st, st->enqueued);
+    /* Waits after the last item are part of the stream too: what they wait on completes. */
+    for (size_t i = st->bar_head; i < st->bar_len; i++)
+        stream_complete_to(st->bar[i].signaller, st->bar[i].seq);
     vpmm_host_i_graph_progress(h);
 }
 
@@ -559,8 +596,12 @@ void vpmm_host_wait_clear(vpmm_driver_t *d)
 
 void vpmm_host_i_stream_fini(host_drv_t *h)
 {
-    for (size_t i = 0; i < h->events.len; i++)
-        free(h->events.slots[i].obj);
+    for (size_t i = 0; i < h->events.len; i++) {
+        host_event_t *ev = h->events.slots[i].obj;
+        if (ev != NULL)
+            free(ev->deps);
+        free(ev);
+    }
     for (size_t i = 0; i < h->stream_cap; i++) {
         if (h->stream_tab[i]) {
             free(h->stream_tab[i]->bar);

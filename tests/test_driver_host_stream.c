@@ -198,6 +198,50 @@ static void test_waits_across_three_streams(void **state)
     close_host(d);
 }
 
+/*
+ * A wait is part of the stream's order even with no work after it (CUDA: a wait node): an event
+ * recorded right after a wait completes only once the awaited work has, and a stream waiting on
+ * that event waits for it too (transitively).
+ */
+static void test_record_after_wait(void **state)
+{
+    (void)state;
+    vpmm_driver_t *d = open_host(0, 0);
+    vpmm_stream_t A = vpmm_host_stream_create(d), B = vpmm_host_stream_create(d);
+    vpmm_stream_t C = vpmm_host_stream_create(d);
+    vpmm_drv_event_t ea, eb;
+    assert_int_equal(d->event_create(d, &ea), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, &eb), VPMM_DRV_OK);
+
+    vpmm_host_enqueue(d, A);                                       /* A@1: running */
+    assert_int_equal(d->event_record(d, ea, A), VPMM_DRV_OK);      /* A@1 */
+    assert_int_equal(d->stream_wait_event(d, B, ea), VPMM_DRV_OK); /* B idle, then waits */
+    assert_int_equal(d->event_record(d, eb, B), VPMM_DRV_OK);      /* after the wait */
+    assert_true(vpmm_host_stream_idle(d, B));                      /* no work item on B */
+    assert_int_equal(d->event_query(d, eb), VPMM_DRV_NOT_READY);   /* but the wait is pending */
+    assert_int_equal(d->stream_wait_event(d, C, eb), VPMM_DRV_OK);
+    assert_int_equal(vpmm_host_enqueue(d, C), 1);
+    assert_int_equal(vpmm_host_advance(d, C, 1), 0); /* held back by A, through B's event */
+    CHECKED(d);
+    assert_int_equal(vpmm_host_advance(d, A, 1), 1);
+    assert_int_equal(d->event_query(d, eb), VPMM_DRV_OK);
+    assert_int_equal(vpmm_host_advance(d, C, 1), 1);
+
+    /* complete() of a stream whose last entry is a wait completes what it waits on. */
+    vpmm_host_enqueue(d, A);
+    assert_int_equal(d->event_record(d, ea, A), VPMM_DRV_OK);
+    assert_int_equal(d->stream_wait_event(d, B, ea), VPMM_DRV_OK);
+    assert_int_equal(d->event_record(d, eb, B), VPMM_DRV_OK);
+    assert_int_equal(d->event_query(d, eb), VPMM_DRV_NOT_READY);
+    vpmm_host_complete(d, B);
+    assert_int_equal(d->event_query(d, eb), VPMM_DRV_OK);
+    assert_true(vpmm_host_stream_idle(d, A));
+    CHECKED(d);
+    assert_int_equal(d->event_destroy(d, ea), VPMM_DRV_OK);
+    assert_int_equal(d->event_destroy(d, eb), VPMM_DRV_OK);
+    close_host(d);
+}
+
 /* Barriers that cross back and forth and a long chain: complete() terminates and is exact. */
 static void test_barrier_graphs(void **state)
 {
@@ -473,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_streams),
         cmocka_unit_test(test_event_record_query),
         cmocka_unit_test(test_waits_across_three_streams),
+        cmocka_unit_test(test_record_after_wait),
         cmocka_unit_test(test_barrier_graphs),
         cmocka_unit_test(test_capture_basics),
         cmocka_unit_test(test_capture_invalidation),

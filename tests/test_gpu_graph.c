@@ -76,11 +76,11 @@ static int gpu_ready(void)
 {
     const char *req = getenv("VPMM_TEST_REQUIRE_GPU");
     if (!probed) {
-        int count = 0;
         probed = 1;
 #ifndef VPMM_HAVE_KERNELS
         snprintf(why, sizeof why, "built without CUDA kernels (no nvcc at configure time)");
 #else
+        int count = 0;
         if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
             snprintf(why, sizeof why, "no CUDA device");
         } else {
@@ -526,12 +526,13 @@ static void test_graph_tree(void **state)
     vpmm_graph_pool_t *gp, *alone_a, *alone_b;
     vpmm_checkpoint_t *c1;
     captured_t g1, g2, g3, a1, a2, b1, b3;
-    float *x, *out1, *out2, *out3, *hx = malloc(N_BIG * sizeof *hx);
+    float *x, *out1, *out2, *out3, *hx;
     float h1[N_OUT], h2[OUT2], h3[OUT3], w1[N_OUT], w2[OUT2], w3[OUT3];
     size_t tree, peak_a, peak_b, live_max, separate, bad = 0;
     double ratio;
     (void)state;
-    REQUIRE_GPU();
+    REQUIRE_GPU(); /* before any malloc: skip() leaves the function */
+    hx = malloc(N_BIG * sizeof *hx);
     assert_non_null(hx);
     pool = gpu_pool();
     s = new_stream();
@@ -725,13 +726,16 @@ static void test_external_capture_with_fork(void **state)
     cudaEvent_t fork, join;
     cudaGraph_t graph;
     captured_t c;
-    float *x, *y, *z, *hx = malloc(N_BIG * sizeof *hx), *hz = malloc(N_BIG * sizeof *hz);
-    float *want = malloc(N_BIG * sizeof *want), *tmp = malloc(N_BIG * sizeof *tmp);
+    float *x, *y, *z, *hx, *hz, *want, *tmp;
     vpmm_stats_t st;
     unsigned gid;
     size_t bad;
     (void)state;
-    REQUIRE_GPU();
+    REQUIRE_GPU(); /* before any malloc: skip() leaves the function */
+    hx = malloc(N_BIG * sizeof *hx);
+    hz = malloc(N_BIG * sizeof *hz);
+    want = malloc(N_BIG * sizeof *want);
+    tmp = malloc(N_BIG * sizeof *tmp);
     assert_non_null(hx);
     assert_non_null(hz);
     assert_non_null(want);

@@ -1,0 +1,601 @@
+/*
+ * test_threads.c — one pool shared by 8 threads on 4 streams (issue 6), through the public API
+ * only, on the host backend.
+ *
+ * Each thread allocates mixed sizes (1 B to 12 MiB, mostly small) on a random one of the 4 shared
+ * streams, writes a pattern derived from (thread, op index, address) into the allocation, keeps
+ * it a while, then hands it to another thread's mailbox (a mutex-protected ring); the receiving
+ * thread checks the pattern and frees it. A thread whose hands are full and finds every other
+ * inbox full frees from its own inbox or waits, so almost every free (≥ 95% asserted, ~99.7%
+ * seen) happens on a thread other than the allocating one; the rest are the captures' and
+ * scratch streams' own. The pattern covers the first and last 64 bytes and one word every 4 KiB in
+ * between: two live allocations that overlapped, memory unmapped or remapped under a live
+ * allocation, or a page given back while in use would show up as a mismatch (or a fault).
+ *
+ * Sprinkled in, from every thread at random: vpmm_get_stats (with its documented equations),
+ * vpmm_pool_check, vpmm_trim (to half the mapped bytes, rarely to 0), vpmm_pool_walk,
+ * vpmm_pool_dump (into memory), vpmm_pool_oom_report, vpmm_reset_peak_stats, and capture
+ * sessions: a graph pool, a capture of a fresh stream (thread-local or relaxed mode) with
+ * allocations and frees in it, a checkpoint, the graph destroyed and the graph pool released,
+ * the capture's surviving allocations handed to other threads like any other; and a scratch
+ * stream used, drained and released with vpmm_stream_release (the 4 shared streams are never
+ * released while in use). At the end every allocation is freed, the pool checks clean, holds no
+ * live byte and is destroyed.
+ *
+ * Worker threads must not use cmocka's assertions (they longjmp into the main thread's frame):
+ * a failure prints what it saw, with the seed, and aborts. The seed and the number of operations
+ * come from VPMM_THREADS_SEED and VPMM_THREADS_OPS (the total over all threads; an operation is
+ * one call into the pool); the default, 1.2 M operations, takes ~10-20 s on 2 cores (most of it
+ * the kernel's page faults on freshly mapped pages). Thread interleaving is not reproducible:
+ * the seed fixes each thread's choices, not their order.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "test_util.h"
+
+#define NTHREADS 8
+#define NSTREAMS 4
+#define LOCAL    32 /* allocations a thread holds before handing them over */
+#define MAILBOX  64 /* a thread's inbox; ≥ LOCAL, so the final hand-over always fits */
+#define HEAD     64 /* bytes of pattern at each end */
+#define STRIDE   4096
+
+typedef struct item {
+    unsigned char *p;
+    size_t size;
+    uint64_t key;   /* the pattern's seed: (thread, op index, address) mixed */
+    unsigned owner; /* allocating thread */
+    uint64_t op;    /* its op index there */
+    int graph;      /* allocated during a capture (from a graph pool) */
+} item_t;
+
+typedef struct mailbox {
+    pthread_mutex_t mu;
+    size_t head, n;
+    item_t items[MAILBOX];
+} mailbox_t;
+
+typedef struct counts {
+    uint64_t ops, mallocs, frees, cross_frees, graph_mallocs, captures, checks, trims, stats,
+        released_streams;
+} counts_t;
+
+typedef struct shared {
+    vpmm_pool_t *pool;
+    uint64_t seed;
+    uint64_t ops_per_thread;
+    atomic_int finished; /* threads done with their operations */
+    pthread_barrier_t barrier;
+    mailbox_t box[NTHREADS];
+    counts_t counts[NTHREADS];
+} shared_t;
+
+typedef struct worker {
+    shared_t *sh;
+    unsigned id;
+    trng_t rng;
+    item_t local[LOCAL];
+    size_t nlocal;
+    uint64_t sessions; /* capture sessions so far: each uses fresh stream tokens */
+    counts_t c;
+} worker_t;
+
+static vpmm_stream_t shared_stream(unsigned i)
+{
+    return (vpmm_stream_t)(uintptr_t)(0x1000 + i);
+}
+
+/* A stream only thread id uses, new for each session (never one of the shared four). */
+static vpmm_stream_t private_stream(unsigned id, uint64_t session, unsigned which)
+{
+    return (vpmm_stream_t)(uintptr_t)(0x100000 + ((uint64_t)id << 24) + session * 2 + which);
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static void die(const worker_t *w, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "test_threads: thread %u (seed %" PRIu64 "): ", w->id, w->sh->seed);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
+static void expect_ok(const worker_t *w, vpmm_status_t st, const char *call)
+{
+    if (st != VPMM_SUCCESS)
+        die(w, "%s failed: %s (%s)", call, vpmm_status_name(st), vpmm_last_error());
+}
+
+/*
+ * Writes (check = 0) or checks (check = 1) the pattern of it: 8-byte words, mix64(key + offset),
+ * over [0, 64), [size - 64, size) and one word every 4 KiB in between. Returns the first bad
+ * offset, or SIZE_MAX.
+ */
+static size_t pattern(const item_t *it, int check)
+{
+    size_t head = it->size < HEAD ? it->size : HEAD;
+    size_t tail = it->size > 2 * HEAD ? it->size - HEAD : head;
+    for (size_t o = 0; o < it->size;) {
+        uint64_t v = mix64(it->key + o);
+        size_t n = it->size - o < 8 ? it->size - o : 8;
+        if (check) {
+            if (memcmp(it->p + o, &v, n) != 0)
+                return o;
+        } else {
+            memcpy(it->p + o, &v, n);
+        }
+        /* next spot: within the head, the stride, then the tail */
+        if (o + 8 < head || o >= tail)
+            o += 8;
+        else if ((o / STRIDE + 1) * STRIDE + 8 <= tail)
+            o = (o / STRIDE + 1) * STRIDE;
+        else
+            o = tail > o + 8 ? tail : o + 8;
+    }
+    return SIZE_MAX;
+}
+
+static void check_pattern(const worker_t *w, const item_t *it)
+{
+    size_t bad = pattern(it, 1);
+    if (bad != SIZE_MAX) {
+        uint64_t want = mix64(it->key + bad), got = 0;
+        memcpy(&got, it->p + bad, it->size - bad < 8 ? it->size - bad : 8);
+        die(w,
+            "pattern broken at %p + %zu: allocation of %zu bytes%s by thread %u at its op %" PRIu64
+            ", want %016" PRIx64 " got %016" PRIx64 " (first min(8, rest) bytes)",
+            (void *)it->p, bad, it->size, it->graph ? " (graph pool)" : "", it->owner, it->op, want,
+            got);
+    }
+}
+
+/* Mostly small, some around a page, a few of several pages. */
+static size_t random_size(trng_t *r)
+{
+    uint64_t k = trng_below(r, 1000);
+    if (k < 550)
+        return (size_t)trng_below(r, 1 * KiB) + 1;
+    if (k < 800)
+        return (size_t)trng_below(r, 63 * KiB) + 1 * KiB;
+    if (k < 930)
+        return (size_t)trng_below(r, 960 * KiB) + 64 * KiB;
+    if (k < 990)
+        return (size_t)trng_below(r, 3 * MiB) + 1 * MiB;
+    return (size_t)trng_below(r, 8 * MiB) + 4 * MiB; /* 2 to 6 pages */
+}
+
+static void alloc_item(worker_t *w, vpmm_stream_t stream, int graph, item_t *it)
+{
+    void *p = NULL;
+    it->size = random_size(&w->rng);
+    expect_ok(w, vpmm_malloc(w->sh->pool, it->size, stream, &p), "vpmm_malloc");
+    if (p == NULL || (uintptr_t)p % VPMM_ALIGNMENT != 0)
+        die(w, "vpmm_malloc(%zu) returned %p", it->size, p);
+    it->p = p;
+    it->owner = w->id;
+    it->op = w->c.ops;
+    it->graph = graph;
+    it->key = mix64(((uint64_t)w->id << 56) ^ (w->c.ops << 8) ^ mix64((uint64_t)(uintptr_t)p));
+    pattern(it, 0);
+    w->c.ops++;
+    w->c.mallocs++;
+    w->c.graph_mallocs += (uint64_t)graph;
+}
+
+static void free_item(worker_t *w, const item_t *it)
+{
+    check_pattern(w, it);
+    expect_ok(w, vpmm_free(w->sh->pool, it->p), "vpmm_free");
+    w->c.ops++;
+    w->c.frees++;
+    w->c.cross_frees += it->owner != w->id;
+}
+
+static int mailbox_put(mailbox_t *b, const item_t *it)
+{
+    int ok;
+    pthread_mutex_lock(&b->mu);
+    ok = b->n < MAILBOX;
+    if (ok)
+        b->items[(b->head + b->n++) % MAILBOX] = *it;
+    pthread_mutex_unlock(&b->mu);
+    return ok;
+}
+
+static int mailbox_get(mailbox_t *b, item_t *out)
+{
+    int ok;
+    pthread_mutex_lock(&b->mu);
+    ok = b->n > 0;
+    if (ok) {
+        *out = b->items[b->head];
+        b->head = (b->head + 1) % MAILBOX;
+        b->n--;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return ok;
+}
+
+/* Gives it to another thread (trying each in turn from a random one); 0 if every inbox is full. */
+static int hand_over(worker_t *w, const item_t *it)
+{
+    unsigned first = (unsigned)trng_below(&w->rng, NTHREADS - 1);
+    for (unsigned i = 0; i < NTHREADS - 1; i++)
+        if (mailbox_put(&w->sh->box[(w->id + 1 + (first + i) % (NTHREADS - 1)) % NTHREADS], it))
+            return 1;
+    return 0;
+}
+
+/* Frees what another thread sent, if anything came. */
+static int free_from_inbox(worker_t *w)
+{
+    item_t it;
+    if (!mailbox_get(&w->sh->box[w->id], &it))
+        return 0;
+    free_item(w, &it);
+    return 1;
+}
+
+/* Keeps it (to hand over later), else hands it over now; only if every inbox is full, frees it
+ * here. */
+static void keep(worker_t *w, const item_t *it)
+{
+    if (w->nlocal < LOCAL)
+        w->local[w->nlocal++] = *it;
+    else if (!hand_over(w, it))
+        free_item(w, it);
+}
+
+/* The documented equations of vpmm_stats_t, which hold at every instant under the lock. */
+static void check_stats(worker_t *w)
+{
+    vpmm_stats_t s;
+    expect_ok(w, vpmm_get_stats(w->sh->pool, &s), "vpmm_get_stats");
+    w->c.ops++;
+    w->c.stats++;
+    if (s.reserved_va_bytes != s.allocated_bytes + s.free_bytes + s.hole_bytes + s.zombie_bytes ||
+        s.live_bytes > s.allocated_bytes || s.live_bytes > s.peak_live_bytes ||
+        s.mapped_bytes > s.peak_mapped_bytes || s.private_live_bytes > s.live_bytes ||
+        s.private_mapped_bytes > s.mapped_bytes || s.largest_free_bytes > s.free_bytes ||
+        s.live_allocs != s.mallocs - s.frees || s.ooms != 0)
+        die(w,
+            "inconsistent stats: live %zu allocated %zu peak live %zu mapped %zu peak mapped %zu "
+            "free %zu holes %zu zombies %zu reserved %zu private live %zu private mapped %zu "
+            "largest free %zu live allocs %" PRIu64 " mallocs %" PRIu64 " frees %" PRIu64
+            " ooms %" PRIu64,
+            s.live_bytes, s.allocated_bytes, s.peak_live_bytes, s.mapped_bytes, s.peak_mapped_bytes,
+            s.free_bytes, s.hole_bytes, s.zombie_bytes, s.reserved_va_bytes, s.private_live_bytes,
+            s.private_mapped_bytes, s.largest_free_bytes, s.live_allocs, s.mallocs, s.frees,
+            s.ooms);
+}
+
+static int count_region(const vpmm_region_info_t *r, void *user)
+{
+    size_t *n = user;
+    (void)r;
+    (*n)++;
+    return 0;
+}
+
+static void introspect(worker_t *w)
+{
+    vpmm_pool_t *pool = w->sh->pool;
+    char report[512];
+    size_t regions = 0;
+    int code;
+    const char *call;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+    switch (trng_below(&w->rng, 5)) {
+    case 0:
+        expect_ok(w, vpmm_pool_walk(pool, count_region, &regions), "vpmm_pool_walk");
+        if (regions == 0)
+            die(w, "vpmm_pool_walk visited no region");
+        break;
+    case 1:
+        expect_ok(w, vpmm_pool_oom_report(pool, report, sizeof report), "vpmm_pool_oom_report");
+        break;
+    case 2:
+        expect_ok(w, vpmm_reset_peak_stats(pool), "vpmm_reset_peak_stats");
+        break;
+    case 3: /* into memory: the lock is held while it writes */
+        f = open_memstream(&text, &len);
+        if (f == NULL)
+            die(w, "open_memstream failed");
+        expect_ok(w, vpmm_pool_dump(pool, f), "vpmm_pool_dump");
+        fclose(f);
+        if (len == 0 || strcmp(vpmm_pool_backend_name(pool), "host") != 0)
+            die(w, "vpmm_pool_dump wrote nothing, or the backend is not the host's");
+        free(text);
+        break;
+    default:
+        expect_ok(w, vpmm_pool_last_driver_error(pool, &code, &call),
+                  "vpmm_pool_last_driver_error");
+        break;
+    }
+    w->c.ops++;
+}
+
+static void trim(worker_t *w)
+{
+    vpmm_stats_t s;
+    size_t released = 0;
+    expect_ok(w, vpmm_get_stats(w->sh->pool, &s), "vpmm_get_stats");
+    expect_ok(
+        w, vpmm_trim(w->sh->pool, trng_below(&w->rng, 8) == 0 ? 0 : s.mapped_bytes / 2, &released),
+        "vpmm_trim");
+    w->c.ops += 2;
+    w->c.trims++;
+}
+
+static void pool_check(worker_t *w)
+{
+    size_t bad = vpmm_pool_check(w->sh->pool, stderr);
+    if (bad != 0)
+        die(w, "vpmm_pool_check found %zu violated invariant(s) (listed above)", bad);
+    w->c.ops++;
+    w->c.checks++;
+}
+
+/*
+ * A graph pool, a capture of a fresh stream with allocations and frees in it, a checkpoint, the
+ * graph destroyed and the graph pool released; the capture's live allocations go on like any
+ * other (another thread frees them, after or before the graph pool went back). Then a scratch
+ * stream: used, drained and released.
+ */
+static void capture_session(worker_t *w)
+{
+    vpmm_pool_t *pool = w->sh->pool;
+    vpmm_stream_t cs = private_stream(w->id, w->sessions, 0);
+    vpmm_stream_t scratch = private_stream(w->id, w->sessions, 1);
+    vpmm_stream_capture_mode_t mode =
+        trng_below(&w->rng, 2) ? VPMM_STREAM_CAPTURE_THREAD_LOCAL : VPMM_STREAM_CAPTURE_RELAXED;
+    vpmm_graph_pool_t *gp = NULL, *serving = NULL;
+    vpmm_graph_pool_stats_t gs;
+    vpmm_checkpoint_t *cp = NULL;
+    vpmm_checkpoint_info_t ci;
+    vpmm_graph_t graph = NULL;
+    item_t it[8];
+    size_t n = 1 + (size_t)trng_below(&w->rng, 8), kept = 0;
+
+    w->sessions++;
+    expect_ok(w, vpmm_graph_pool_create(pool, &gp), "vpmm_graph_pool_create");
+    expect_ok(w, vpmm_capture_begin(pool, gp, cs, mode), "vpmm_capture_begin");
+    expect_ok(w, vpmm_capture_graph_pool(pool, cs, &serving), "vpmm_capture_graph_pool");
+    if (serving != gp)
+        die(w, "vpmm_capture_graph_pool returned another graph pool");
+    expect_ok(w, vpmm_graph_pool_release(serving), "vpmm_graph_pool_release");
+    w->c.ops += 4;
+    for (size_t i = 0; i < n; i++) {
+        alloc_item(w, cs, 1, &it[i]);
+        if (trng_below(&w->rng, 3) == 0 && i > 0) { /* freed within the capture, reused by it */
+            free_item(w, &it[i - 1]);
+            it[i - 1].p = NULL;
+        }
+    }
+    expect_ok(w, vpmm_capture_end(pool, cs, &graph), "vpmm_capture_end");
+    if (graph == NULL)
+        die(w, "vpmm_capture_end gave no graph");
+    expect_ok(w, vpmm_graph_pool_stats(gp, &gs), "vpmm_graph_pool_stats");
+    for (size_t i = 0; i < n; i++)
+        kept += it[i].p != NULL;
+    if (gs.captures != 0 || gs.graphs != 1 || gs.live_allocs != kept || !gs.pinned)
+        die(w,
+            "graph pool g%u after its capture: %" PRIu64 " capture(s), %" PRIu64
+            " graph(s), %" PRIu64 " live (want %zu), pinned %d",
+            gs.id, gs.captures, gs.graphs, gs.live_allocs, kept, gs.pinned);
+    expect_ok(w, vpmm_checkpoint_take(gp, &cp), "vpmm_checkpoint_take");
+    expect_ok(w, vpmm_checkpoint_info(cp, &ci), "vpmm_checkpoint_info");
+    if (ci.allocs != kept)
+        die(w, "checkpoint of g%u holds %zu allocations, want %zu", gs.id, ci.allocs, kept);
+    vpmm_checkpoint_destroy(cp);
+    w->c.ops += 4;
+    /* The survivors join the thread's own: handed over, freed elsewhere, maybe after the graph
+     * pool is gone (they are shared allocations then). */
+    for (size_t i = 0; i < n; i++)
+        if (it[i].p != NULL)
+            keep(w, &it[i]);
+    expect_ok(w, vpmm_graph_destroy(pool, graph), "vpmm_graph_destroy");
+    expect_ok(w, vpmm_graph_pool_release(gp), "vpmm_graph_pool_release");
+    w->c.ops += 2;
+    w->c.captures++;
+
+    /* The scratch stream: no other thread knows it, so it may be released once drained. */
+    for (int i = 0; i < 3; i++) {
+        item_t s;
+        alloc_item(w, scratch, 0, &s);
+        free_item(w, &s);
+    }
+    expect_ok(w, vpmm_stream_release(pool, scratch), "vpmm_stream_release");
+    w->c.ops++;
+    w->c.released_streams++;
+}
+
+static void step(worker_t *w)
+{
+    uint64_t k = trng_below(&w->rng, 100000);
+    item_t it;
+    if (k < 20) {
+        pool_check(w);
+    } else if (k < 120) {
+        check_stats(w);
+    } else if (k < 140) {
+        trim(w);
+    } else if (k < 240) {
+        introspect(w);
+    } else if (k < 260) {
+        capture_session(w);
+    } else if ((k & 1) && free_from_inbox(w)) {
+        /* freed one another thread sent */
+    } else if (w->nlocal < LOCAL && (k % 4 != 0 || w->nlocal == 0)) {
+        alloc_item(w, shared_stream((unsigned)trng_below(&w->rng, NSTREAMS)), 0, &it);
+        w->local[w->nlocal++] = it;
+    } else {
+        /* Hand one over. When every inbox is full (their owners are not running), free what came
+         * in instead and keep it; with nothing in our own inbox either, let the others run: they
+         * empty their inboxes, also once they are done (worker_main). */
+        size_t i = (size_t)trng_below(&w->rng, w->nlocal);
+        if (hand_over(w, &w->local[i]))
+            w->local[i] = w->local[--w->nlocal];
+        else if (!free_from_inbox(w))
+            sched_yield();
+    }
+}
+
+static void drain_inbox(worker_t *w)
+{
+    while (free_from_inbox(w))
+        ;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    shared_t *sh = w->sh;
+    pthread_barrier_wait(&sh->barrier); /* everyone starts together */
+    while (w->c.ops < sh->ops_per_thread)
+        step(w);
+    /* The end: keep emptying the inbox until everyone is done (a thread with its hands full
+     * waits for room in some inbox), then hand what is left to the next thread (nobody sends
+     * any more, its inbox is empty and MAILBOX ≥ LOCAL), and free what arrives. */
+    atomic_fetch_add(&sh->finished, 1);
+    while (atomic_load(&sh->finished) < NTHREADS)
+        if (!free_from_inbox(w))
+            sched_yield();
+    pthread_barrier_wait(&sh->barrier);
+    drain_inbox(w);
+    pthread_barrier_wait(&sh->barrier);
+    for (size_t i = 0; i < w->nlocal; i++)
+        if (!mailbox_put(&sh->box[(w->id + 1) % NTHREADS], &w->local[i]))
+            die(w, "final hand-over: inbox of thread %u full", (w->id + 1) % NTHREADS);
+    w->nlocal = 0;
+    pthread_barrier_wait(&sh->barrier);
+    drain_inbox(w);
+    sh->counts[w->id] = w->c;
+    return NULL;
+}
+
+static uint64_t env_u64(const char *name, uint64_t def)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : def;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_threads(void **state)
+{
+    static shared_t sh; /* large: the mailboxes */
+    static worker_t workers[NTHREADS];
+    pthread_t tid[NTHREADS];
+    vpmm_config_t cfg;
+    vpmm_stats_t s;
+    counts_t total = { 0 };
+    double t0, dt;
+    (void)state;
+
+    memset(&sh, 0, sizeof sh);
+    sh.seed = env_u64("VPMM_THREADS_SEED", 20261122);
+    sh.ops_per_thread = (env_u64("VPMM_THREADS_OPS", 1200000) + NTHREADS - 1) / NTHREADS;
+    vpmm_config_init(&cfg);
+    cfg.backend = VPMM_BACKEND_HOST;
+    cfg.ignore_env = 1;
+    cfg.va_size = 64 * GiB;
+    cfg.host_memory = 16 * GiB; /* only what is touched costs: live memory stays ~100s of MiB */
+    assert_int_equal(vpmm_pool_create(&cfg, &sh.pool), VPMM_SUCCESS);
+    assert_int_equal(pthread_barrier_init(&sh.barrier, NULL, NTHREADS + 1), 0);
+    for (unsigned i = 0; i < NTHREADS; i++) {
+        assert_int_equal(pthread_mutex_init(&sh.box[i].mu, NULL), 0);
+        workers[i] = (worker_t){ .sh = &sh, .id = i, .rng = { mix64(sh.seed + i) | 1 } };
+        assert_int_equal(pthread_create(&tid[i], NULL, worker_main, &workers[i]), 0);
+    }
+    t0 = now_s();
+    pthread_barrier_wait(&sh.barrier); /* start */
+    for (int i = 0; i < 3; i++)
+        pthread_barrier_wait(&sh.barrier); /* the end's phases */
+    for (unsigned i = 0; i < NTHREADS; i++)
+        assert_int_equal(pthread_join(tid[i], NULL), 0);
+    dt = now_s() - t0;
+
+    for (unsigned i = 0; i < NTHREADS; i++) {
+        const counts_t *c = &sh.counts[i];
+        total.ops += c->ops;
+        total.mallocs += c->mallocs;
+        total.frees += c->frees;
+        total.cross_frees += c->cross_frees;
+        total.graph_mallocs += c->graph_mallocs;
+        total.captures += c->captures;
+        total.checks += c->checks;
+        total.trims += c->trims;
+        total.stats += c->stats;
+        total.released_streams += c->released_streams;
+        assert_int_equal(sh.box[i].n, 0);
+        pthread_mutex_destroy(&sh.box[i].mu);
+    }
+    pthread_barrier_destroy(&sh.barrier);
+
+    s = tstats(sh.pool);
+    print_message("seed %" PRIu64 ": %" PRIu64 " ops in %.2f s (%.0f ops/s) on %d threads x %d "
+                  "streams: %" PRIu64 " mallocs (%" PRIu64 " in %" PRIu64 " captures), %" PRIu64
+                  " frees (%" PRIu64 " on another thread), %" PRIu64 " checks, %" PRIu64
+                  " trims, %" PRIu64 " stats, %" PRIu64 " streams released; pool: %" PRIu64
+                  " defrags, %" PRIu64 " pages remapped, %" PRIu64 " released, %" PRIu64
+                  " cross-stream waits, peak mapped %zu MiB\n",
+                  sh.seed, total.ops, dt, (double)total.ops / dt, NTHREADS, NSTREAMS, total.mallocs,
+                  total.graph_mallocs, total.captures, total.frees, total.cross_frees, total.checks,
+                  total.trims, total.stats, total.released_streams, s.defrags, s.pages_remapped,
+                  s.pages_released, s.cross_stream_waits, s.peak_mapped_bytes / MiB);
+
+    assert_int_equal(total.mallocs, total.frees);
+    assert_int_equal(s.mallocs, total.mallocs);
+    assert_int_equal(s.frees, total.frees);
+    assert_true(total.cross_frees * 20 >= total.frees * 19); /* ≥ 95% freed elsewhere */
+    assert_int_equal(s.live_bytes, 0);
+    assert_int_equal(s.live_allocs, 0);
+    assert_int_equal(s.graph_pools, 0);
+    assert_int_equal(s.ooms, 0);
+    CHECK_POOL(sh.pool);
+    /* The capture streams still hold freed memory's markers: release them (they are unused
+     * now), then the shared ones. */
+    for (unsigned i = 0; i < NTHREADS; i++)
+        for (uint64_t k = 0; k < workers[i].sessions; k++)
+            assert_int_equal(vpmm_stream_release(sh.pool, private_stream(i, k, 0)), VPMM_SUCCESS);
+    for (unsigned i = 0; i < NSTREAMS; i++)
+        assert_int_equal(vpmm_stream_release(sh.pool, shared_stream(i)), VPMM_SUCCESS);
+    CHECK_POOL(sh.pool);
+    assert_int_equal(vpmm_pool_destroy(sh.pool), VPMM_SUCCESS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
