@@ -185,7 +185,8 @@ typedef struct vpmm_region_info {
     uintptr_t addr;
     size_t size;
     vpmm_region_state_t state;
-    vpmm_stream_t stream; /* allocated: allocating stream; free: freeing stream (if not ready) */
+    vpmm_stream_t stream; /* allocated: allocating stream; free: freeing stream (if not ready);
+                             zombie: the stream whose completion it waits for (NULL: none) */
     int ready;            /* free: any stream may reuse it without waiting */
     size_t requested;     /* allocated: the size the caller asked for */
     unsigned chunk;       /* index of the VA chunk, in reservation order */

@@ -23,7 +23,8 @@
 
 #include "pool.h"
 
-/* Turn the unmapped prefix [z->addr, z->addr + done) of zombie z into hole. */
+/* Turn the unmapped prefix [z->addr, z->addr + done) of zombie z into hole. The hole coalesces
+ * with its neighbours: z may grow or be freed, so the caller must not look at it afterwards. */
 static void zombie_to_hole(vpmm_pool_t *p, vpmm_region_t *z, size_t done)
 {
     vpmm_i_index_del(p, z);
@@ -45,6 +46,7 @@ static void reclaim(vpmm_pool_t *p)
     vpmm_region_t *z = p->zombie_head;
     while (z) {
         vpmm_region_t *next = z->qnext;
+        const size_t size = z->size;
         size_t done = 0;
         if (vpmm_i_arena_of(z)->pinned) {
             z = next; /* a graph may still use this address: kept until the arena is unpinned */
@@ -60,7 +62,7 @@ static void reclaim(vpmm_pool_t *p)
         if (vpmm_i_region_reserve(p, 1) != VPMM_SUCCESS)
             return;
         /* A zombie is a run of whole handles (I4): one unmap per mapping. */
-        while (done < z->size) {
+        while (done < size) {
             uintptr_t va = z->addr + done;
             vpmm_phys_t *ph = vpmm_i_phys_at(p, va);
             if (vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va, ph->size)) != VPMM_SUCCESS)
@@ -71,8 +73,8 @@ static void reclaim(vpmm_pool_t *p)
             done += ph->size;
         }
         if (done > 0)
-            zombie_to_hole(p, z, done);
-        if (done < z->size)
+            zombie_to_hole(p, z, done); /* z is not to be used after this */
+        if (done < size)
             return; /* a driver failure: try again on a later slow path */
         z = next;
     }

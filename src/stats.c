@@ -83,7 +83,7 @@ void vpmm_i_region_info(const vpmm_region_t *r, vpmm_region_info_t *out)
         .addr = r->addr,
         .size = r->size,
         .state = r->state,
-        .stream = r->stream && r->state != VPMM_REGION_ZOMBIE ? r->stream->handle : NULL,
+        .stream = r->stream ? r->stream->handle : NULL,
         .ready = r->state == VPMM_REGION_FREE && r->ready,
         .requested = r->state == VPMM_REGION_ALLOCATED ? r->requested : 0,
         .chunk = r->chunk->index,
