@@ -15,6 +15,20 @@
 
 #include "pool.h"
 
+/* A release or unmap that undoes work or gives memory back gets a second try: one transient driver
+ * failure must not leak the handle or the mapping (as at teardown, pool.c). */
+static vpmm_dres_t release_twice(vpmm_driver_t *d, vpmm_drv_handle_t h)
+{
+    vpmm_dres_t r = d->mem_release(d, h);
+    return r == VPMM_DRV_OK ? r : d->mem_release(d, h);
+}
+
+static vpmm_dres_t unmap_twice(vpmm_driver_t *d, uintptr_t va, size_t size)
+{
+    vpmm_dres_t r = d->mem_unmap(d, va, size);
+    return r == VPMM_DRV_OK ? r : d->mem_unmap(d, va, size);
+}
+
 size_t vpmm_i_pages_handles(size_t npages, size_t unit)
 {
     return npages / unit + (npages % unit != 0);
@@ -78,7 +92,7 @@ vpmm_dres_t vpmm_i_precreate(vpmm_driver_t *d, size_t page_size, size_t npages, 
     }
     if (r != VPMM_DRV_OK) { /* all or nothing */
         while (i-- > 0) {
-            (void)d->mem_release(d, set->h[set->n + i]->handle);
+            (void)release_twice(d, set->h[set->n + i]->handle);
             free(set->h[set->n + i]);
         }
         return r;
@@ -90,9 +104,7 @@ vpmm_dres_t vpmm_i_precreate(vpmm_driver_t *d, size_t page_size, size_t npages, 
 void vpmm_i_precreated_discard(vpmm_driver_t *d, vpmm_precreated_t *set)
 {
     for (size_t i = 0; i < set->n; i++) {
-        /* A transient failure must not leak the handle: a second try, as at teardown. */
-        if (d->mem_release(d, set->h[i]->handle) != VPMM_DRV_OK)
-            (void)d->mem_release(d, set->h[i]->handle);
+        (void)release_twice(d, set->h[i]->handle);
         free(set->h[i]);
     }
     free(set->h);
@@ -154,7 +166,7 @@ vpmm_status_t vpmm_i_pages_create_from(vpmm_pool_t *p, size_t npages, size_t uni
 void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        vpmm_i_drv_status(p, p->drv->mem_release(p->drv, pages[i]->handle));
+        vpmm_i_drv_status(p, release_twice(p->drv, pages[i]->handle));
         free(pages[i]);
         pages[i] = NULL;
     }
@@ -163,7 +175,7 @@ void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n)
 void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n)
 {
     for (size_t i = 0; i < n; va += pages[i]->size, i++)
-        vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va, pages[i]->size));
+        vpmm_i_drv_status(p, unmap_twice(p->drv, va, pages[i]->size));
 }
 
 vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n)

@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""make_corpus.py — writes the seed corpus of the operation fuzzer (tests/fuzz/corpus/).
+
+Two kinds of seeds, in the encoding described at the top of fuzz_ops.c:
+
+  trace-*   slices of the recorded allocation traces (bench/traces/*.trace.gz, and
+            ../shared/traces if present; format in DESIGN.md section 7) turned into operations:
+            each allocation is a MALLOC of its size (scaled down by a power of two so that the
+            slice's peak fits the small emulated device) followed by one kernel enqueued on its
+            stream, each free a FREE of that allocation (by malloc number), and each "free
+            completed" event advances its stream by one kernel. Blocks allocated before the
+            slice are ignored; blocks still live at its end are freed by the harness's cleanup.
+            Some slices keep the trace's streams, others spread blocks over four streams.
+  hand-*    hand-written scenarios: graph trees (capture, checkpoint, reapply with dead
+            pointers), captures begun and ended outside vpmm, an invalidated capture, graph
+            instantiation and launches, every kind of bad free and absurd size, OOM with trim,
+            defragmentation across streams, and driver failures injected into each of those.
+
+The output is deterministic (fixed seeds, sorted traces). Usage:
+  tests/fuzz/make_corpus.py [--out DIR]      (default: tests/fuzz/corpus next to this script)
+"""
+import argparse
+import gzip
+import os
+import random
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MiB = 1 << 20
+KiB = 1 << 10
+
+# Opcodes (fuzz_ops.c).
+(MALLOC, FREE, FREE_BAD, WORK, STREAM_RELEASE, CAPTURE_BEGIN, CAPTURE_END, EXT_BEGIN, EXT_END,
+ CAPTURE_REGISTER, CAPTURE_GP, GRAPH_DESTROY, EXEC, GP_CREATE, GP_REF, CK_TAKE, CK_REAPPLY,
+ CK_DESTROY, TRIM, FAULT, INSPECT, SYNC) = range(22)
+
+# Stream operand indices: 0 NULL, 1 CU_STREAM_LEGACY, 2..5 created streams.
+S1, S2, S3, S4 = 2, 3, 4, 5
+
+# Driver entries (driver.h, vpmm_drv_entry_t).
+(GRANULARITY, VA_RESERVE, VA_FREE, MEM_CREATE, MEM_RELEASE, MEM_MAP, MEM_UNMAP, SET_ACCESS,
+ EVENT_CREATE, EVENT_DESTROY, EVENT_RECORD, EVENT_QUERY, STREAM_WAIT_EVENT, CAPTURE_INFO,
+ MEM_GET_INFO, SYNCHRONIZE, BEGIN_CAPTURE, END_CAPTURE, USER_OBJECT_CREATE,
+ GRAPH_RETAIN_USER_OBJECT, USER_OBJECT_RELEASE, GRAPH_DESTROY_ENTRY) = range(22)
+
+
+def config(page=0, memory=0, cache=0, cap=False, prealloc=False):
+    """The config byte: page 0-3 (2M, 64K, 256K/64K, 4M/2M), memory 0-3 (64, 128, 256, 32 MiB;
+    a quarter with 64K pages), cache 0-3 (default, off, 100 %, 1 %)."""
+    return page | memory << 2 | cache << 4 | (0x40 if cap else 0) | (0x80 if prealloc else 0)
+
+
+class Prog:
+    """Assembles operations; numbers mallocs as the harness does (serial = malloc op index)."""
+
+    def __init__(self, cfg):
+        self.b = bytearray([cfg])
+        self.serial = 0
+
+    def op(self, code, *operands):
+        self.b.append(code)
+        for size, v in operands:
+            self.b += v.to_bytes(size, "little")
+        return self
+
+    def malloc(self, s, size, cls=6):
+        """Returns the malloc's serial number (what FREE takes)."""
+        self.op(MALLOC, (1, s), (1, cls), (4, size & 0xFFFFFFFF))
+        self.serial += 1
+        return (self.serial - 1) & 0xFFFF
+
+    def free(self, serial):
+        return self.op(FREE, (2, serial))
+
+    def free_bad(self, kind, v=0, off=0):
+        return self.op(FREE_BAD, (1, kind), (2, v), (4, off))
+
+    def work(self, s, kind, n=0):
+        return self.op(WORK, (1, s), (1, kind), (1, n))
+
+    def enqueue(self, s, n=1):
+        return self.work(s, 0, n - 1)
+
+    def complete(self, s):
+        return self.work(s, 1)
+
+    def advance(self, s, n=1):
+        return self.work(s, 2, n - 1)
+
+    def complete_all(self):
+        return self.work(0, 3)
+
+    def stream_release(self, s):
+        return self.op(STREAM_RELEASE, (1, s))
+
+    def capture_begin(self, s, gp=255, mode=0):
+        """gp: index of a held graph pool, or a value >= their count for an anonymous one (the
+        harness takes gp % (count + 1): 255 with no pool held is the anonymous one)."""
+        return self.op(CAPTURE_BEGIN, (1, s), (1, gp), (1, mode))
+
+    def capture_end(self, s):
+        return self.op(CAPTURE_END, (1, s))
+
+    def ext_begin(self, s):
+        return self.op(EXT_BEGIN, (1, s))
+
+    def ext_end(self, s, keep_graph=0):
+        return self.op(EXT_END, (1, s), (1, keep_graph))
+
+    def register(self, s, gp=0):
+        return self.op(CAPTURE_REGISTER, (1, s), (1, gp))
+
+    def capture_gp(self, s):
+        return self.op(CAPTURE_GP, (1, s))
+
+    def graph_destroy(self, i=0):
+        return self.op(GRAPH_DESTROY, (1, i))
+
+    def exec_(self, kind, i=0, s=S1):
+        return self.op(EXEC, (1, kind), (1, i), (1, s))
+
+    def gp_create(self):
+        return self.op(GP_CREATE)
+
+    def gp_ref(self, release, i=0):
+        return self.op(GP_REF, (1, 1 if release else 0), (1, i))
+
+    def ck_take(self, gp=0):
+        return self.op(CK_TAKE, (1, gp))
+
+    def ck_reapply(self, gp=0, ck=0, dead=0, mask=0):
+        return self.op(CK_REAPPLY, (1, gp), (1, ck), (1, dead), (4, mask))
+
+    def ck_destroy(self, i=0):
+        return self.op(CK_DESTROY, (1, i))
+
+    def trim(self, kind=0, v=0):
+        return self.op(TRIM, (1, kind), (2, v))
+
+    def fault(self, mode, entry=0, n=0, oom=False):
+        """mode 0: entry fails at its (n%8+1)-th call; 1: any entry at the (n%16+1)-th; 2: entry
+        from its (n%4+1)-th call on; 3: one failure during the final pool destruction."""
+        return self.op(FAULT, (1, mode << 1 | (1 if oom else 0)), (1, entry), (1, n))
+
+    def inspect(self, kind, i=0):
+        return self.op(INSPECT, (1, kind), (1, i))
+
+    def sync(self):
+        return self.op(SYNC)
+
+    def bytes(self):
+        return bytes(self.b)
+
+
+# ---- trace slices -------------------------------------------------------------------------------
+
+def load_trace(path):
+    ops = []
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            if not line.strip() or line.startswith("#"):
+                continue
+            kind, addr, size, stream = line.split()
+            ops.append((kind, int(addr, 16), int(size), int(stream)))
+    return ops
+
+
+def trace_seed(ops, start, count, cfg, memory, spread, rng):
+    """Operations for events [start, start + count) of a trace."""
+    window = ops[start:start + count]
+    live, peak, cur, biggest = {}, 0, 0, 1
+    for kind, addr, size, _ in window:
+        if kind == "a":
+            live[addr] = size
+            cur += size
+            peak = max(peak, cur)
+            biggest = max(biggest, size)
+        elif kind == "f" and addr in live:
+            cur -= live.pop(addr)
+    scale = 1
+    while peak // scale > memory * 6 // 10 or biggest // scale > 24 * MiB:
+        scale *= 2
+    p = Prog(cfg)
+    serial_of, stream_of = {}, {}
+    streams = sorted({s for _, _, _, s in window})
+    for kind, addr, size, stream in window:
+        if kind == "a":
+            if spread:
+                s = S1 + (addr >> 12) % 4
+            else:
+                s = 0 if stream == 0 else S1 + streams.index(stream) % 4
+            stream_of[addr] = s
+            serial_of[addr] = p.malloc(s, max(1, size // scale))
+            p.enqueue(s)
+        elif kind == "f":
+            if addr in serial_of:
+                p.free(serial_of.pop(addr))
+        elif kind == "c":
+            if addr in stream_of:
+                p.advance(stream_of.pop(addr))
+        if rng.random() < 0.004:
+            p.inspect(rng.choice([0, 1]))
+    p.inspect(1)
+    return p.bytes()
+
+
+def trace_seeds(out):
+    dirs = [os.path.join(ROOT, "bench", "traces"), os.path.join(ROOT, "..", "shared", "traces")]
+    seen, files = set(), []
+    for d in dirs:
+        if not os.path.isdir(d):
+            continue
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".trace.gz") and name not in seen:
+                seen.add(name)
+                files.append(os.path.join(d, name))
+    memories = [64 * MiB, 128 * MiB, 256 * MiB, 32 * MiB]
+    written = 0
+    for path in files:
+        ops = load_trace(path)
+        base = os.path.basename(path).replace(".trace.gz", "")
+        rng = random.Random(base)
+        for k in range(6):
+            count = rng.choice([400, 800, 1500, 2500])
+            start = rng.randrange(0, max(1, len(ops) - count))
+            page, mem, cache = k % 4, rng.randrange(4), rng.randrange(4)
+            cfg = config(page, mem, cache, cap=(k == 5), prealloc=(k == 2))
+            memory = memories[mem] // (4 if page == 1 else 1)  # as fuzz_ops.c's setup()
+            data = trace_seed(ops, start, count, cfg, memory, spread=(k % 2 == 1), rng=rng)
+            write(out, "trace-%s-%d" % (base, k), data)
+            written += 1
+    return written
+
+
+# ---- hand-written scenarios ----------------------------------------------------------------------
+
+def graph_tree(cfg, faults=False):
+    """G1, checkpoint, G2 (grows), reapply, G3 reusing G2's memory; then reapply with dead
+    pointers, a bad dead list, another pool's checkpoint, a reapply during a capture."""
+    p = Prog(cfg)
+    p.gp_create().gp_create()
+    p.capture_begin(S1, gp=0)
+    a = [p.malloc(S1, sz) for sz in (3000, 1 * MiB, 200 * KiB, 5 * MiB)]
+    p.free(a[2])
+    p.capture_end(S1)
+    p.ck_take(0)
+    p.inspect(7, 0)
+    if faults:
+        p.fault(1, n=2)
+    p.capture_begin(S1, gp=0)
+    b = [p.malloc(S1, sz) for sz in (7 * MiB, 100, 64 * KiB)]
+    p.free(a[0])
+    p.capture_end(S1)
+    p.ck_reapply(0, 0)  # back to after G1: G2's memory is free, a[0] lives again
+    p.inspect(1)
+    p.capture_begin(S1, gp=0, mode=2)
+    c = [p.malloc(S1, sz) for sz in (6 * MiB, 300)]
+    if faults:
+        p.fault(0, entry=MEM_CREATE, n=0, oom=True)
+    p.malloc(S1, 9 * MiB)
+    p.ck_reapply(0, 0)  # refused: capturing into g0
+    p.capture_end(S1)
+    p.ck_take(0)
+    p.ck_reapply(0, 1, dead=1, mask=0x5)  # the newest checkpoint, some dead
+    p.ck_reapply(0, 0, dead=3, mask=0x3)  # a duplicate dead pointer: refused
+    p.ck_reapply(0, 0, dead=7, mask=0x1)  # a foreign dead pointer: refused
+    p.ck_reapply(1, 0)  # a checkpoint of another graph pool: refused
+    p.inspect(6, 0).inspect(6, 1)
+    p.graph_destroy(0).graph_destroy(0)
+    p.gp_ref(True, 0)
+    p.complete_all()
+    p.inspect(0)
+    p.trim(0)
+    for s in a + b + c:
+        p.free(s)
+    p.graph_destroy(0)
+    p.ck_destroy(0)
+    p.inspect(1)
+    return p.bytes()
+
+
+def external_capture(cfg, faults=False):
+    p = Prog(cfg)
+    p.ext_begin(S2)
+    x = [p.malloc(S2, sz) for sz in (512, 2 * MiB + 256, 40 * KiB)]
+    p.capture_gp(S2)  # a handle on the capture's own graph pool
+    if faults:
+        p.fault(0, entry=USER_OBJECT_CREATE)
+    p.ext_begin(S3)
+    p.gp_create()
+    p.register(S3, 1)
+    p.register(S3, 0)  # already served by another: WRONG_POOL
+    y = [p.malloc(S3, sz) for sz in (3 * MiB, 1000)]
+    p.free(x[1])
+    p.ext_end(S2, keep_graph=1)
+    p.ext_end(S3, keep_graph=0)
+    p.exec_(0, 0).exec_(1, 0, S1).exec_(1, 0, S4).exec_(0, 0)
+    p.graph_destroy(0)
+    p.inspect(0)
+    p.exec_(2, 0)
+    p.advance(S1)
+    p.exec_(2, 0)
+    p.complete_all()
+    p.inspect(0)
+    p.gp_ref(True, 0).gp_ref(True, 0)
+    p.malloc(S2, 4 * MiB)
+    for s in x + y:
+        p.free(s)
+    p.trim(2)
+    p.inspect(1)
+    return p.bytes()
+
+
+def invalidated_capture(cfg):
+    p = Prog(cfg)
+    p.gp_create()
+    p.capture_begin(S1, 0)
+    m = p.malloc(S1, 100 * KiB)
+    p.capture_begin(S2)  # anonymous graph pool
+    p.malloc(S2, 5000)
+    p.sync()  # invalidates both captures
+    p.malloc(S1, 300)
+    p.capture_gp(S2)
+    p.capture_end(S1)
+    p.capture_end(S2)
+    p.capture_end(S2)  # not capturing any more
+    p.free(m)
+    p.capture_begin(S1, 0)
+    p.malloc(S1, 2 * MiB)
+    p.capture_end(S1)
+    p.ck_take(0)
+    p.stream_release(S1)
+    p.inspect(1)
+    return p.bytes()
+
+
+def bad_input(cfg):
+    p = Prog(cfg)
+    live = [p.malloc(S1 + i % 4, sz) for i, sz in enumerate((256, 1, 70000, 3 * MiB, 100))]
+    for v in range(10):
+        p.malloc(S1, v, cls=5)  # 0, SIZE_MAX, SIZE_MAX-254, ..., the VA size +-
+    p.malloc(0, 64 * MiB + 1)
+    p.malloc(0, 64 * MiB)
+    for kind in range(7):
+        for v in (0, 1, 3):
+            p.free_bad(kind, v, 0x12345 + 97 * v)
+    p.free(live[1])
+    p.free_bad(1, 0)  # double free
+    p.free_bad(2, 0, 255)  # interior
+    p.free_bad(6, 0, 0x80000000)
+    p.capture_begin(0)  # the legacy stream cannot be captured
+    p.capture_begin(1)
+    p.capture_begin(S1, mode=3)  # invalid mode
+    p.capture_end(S1)  # not capturing
+    p.capture_end(0)
+    p.capture_gp(S1)
+    p.ext_begin(0)
+    p.inspect(3, 0).inspect(3, 5).inspect(3, 0x80).inspect(4).inspect(5).inspect(2)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def oom_and_trim(cfg):
+    p = Prog(cfg)
+    got = [p.malloc(S1 + i % 2, 3 * MiB + 512 * i) for i in range(14)]
+    for s in got[::2]:
+        p.free(s)
+    p.malloc(S3, 20 * MiB)  # does not fit without defragmentation, maybe not at all
+    p.enqueue(S1, 3)
+    p.malloc(S2, 5 * MiB)
+    p.trim(1, 64)
+    p.complete_all()
+    p.trim(0)
+    p.inspect(0)
+    for s in got[1::2]:
+        p.free(s)
+    p.malloc(S4, 30 * MiB)
+    p.trim(3, 1)
+    p.inspect(1)
+    return p.bytes()
+
+
+def defrag_streams(cfg, rng):
+    p = Prog(cfg)
+    live = []
+    for i in range(300):
+        s = S1 + rng.randrange(4) if rng.random() < 0.8 else rng.randrange(2)
+        r = rng.random()
+        if r < 0.5 or not live:
+            size = rng.choice([rng.randrange(1, 4096), rng.randrange(4096, 600 * KiB),
+                               rng.randrange(1 * MiB, 6 * MiB)])
+            live.append(p.malloc(s, size))
+            p.enqueue(s)
+        elif r < 0.85:
+            p.free(live.pop(rng.randrange(len(live))))
+        elif r < 0.93:
+            p.advance(S1 + rng.randrange(4), rng.randrange(1, 4))
+        elif r < 0.96:
+            p.malloc(s, rng.randrange(8 * MiB, 24 * MiB))
+        elif r < 0.98:
+            p.stream_release(S1 + rng.randrange(4))
+        else:
+            p.complete_all()
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def fault_sweep(cfg, rng):
+    """Driver failures armed before each kind of operation."""
+    p = Prog(cfg)
+    live = []
+    for i in range(120):
+        mode = rng.randrange(3)
+        entry = rng.randrange(22)
+        p.fault(mode, entry, rng.randrange(8), oom=rng.random() < 0.5)
+        r = rng.randrange(8)
+        s = S1 + rng.randrange(4)
+        if r < 3:
+            live.append(p.malloc(s, rng.choice([300, 70000, 3 * MiB, 9 * MiB])))
+        elif r == 3 and live:
+            p.free(live.pop(rng.randrange(len(live))))
+        elif r == 4:
+            p.trim(rng.randrange(4), rng.randrange(200))
+        elif r == 5:
+            p.capture_begin(s)
+            live.append(p.malloc(s, rng.choice([1000, 3 * MiB])))
+            p.fault(1, n=rng.randrange(4))
+            p.capture_end(s)
+            p.graph_destroy(0)
+        elif r == 6:
+            p.stream_release(s)
+        else:
+            p.enqueue(s)
+            p.malloc(S1 + (s + 1) % 4, 2 * MiB)
+    p.fault(3, n=rng.randrange(16))
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def write(out, name, data):
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(HERE, "corpus"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for name in os.listdir(args.out):
+        if name.startswith(("trace-", "hand-")):
+            os.remove(os.path.join(args.out, name))
+    n = trace_seeds(args.out)
+    rng = random.Random(20261121)
+    configs = [config(), config(1, 1, 1), config(2, 2, 2, prealloc=True), config(3, 3, 3, cap=True)]
+    for i, cfg in enumerate(configs):
+        write(args.out, "hand-graph-tree-%d" % i, graph_tree(cfg))
+        write(args.out, "hand-graph-tree-faults-%d" % i, graph_tree(cfg, faults=True))
+        write(args.out, "hand-external-capture-%d" % i, external_capture(cfg))
+        write(args.out, "hand-external-capture-faults-%d" % i, external_capture(cfg, faults=True))
+        write(args.out, "hand-invalidated-capture-%d" % i, invalidated_capture(cfg))
+        write(args.out, "hand-bad-input-%d" % i, bad_input(cfg))
+        write(args.out, "hand-oom-trim-%d" % i, oom_and_trim(cfg))
+        write(args.out, "hand-defrag-streams-%d" % i, defrag_streams(cfg, rng))
+        write(args.out, "hand-faults-%d" % i, fault_sweep(cfg, rng))
+        n += 9
+    total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
+    print("%d seeds, %d bytes in %s" % (n, total, args.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
