@@ -68,9 +68,10 @@ vpmm_status_t vpmm_gp_check(const vpmm_graph_pool_t *gp, const vpmm_pool_t *pool
 vpmm_capture_rec_t *vpmm_cap_find(vpmm_graphs_t *g, uint64_t id);
 /* Whether a capture record names gp. */
 int vpmm_cap_uses(const vpmm_graphs_t *g, const vpmm_graph_pool_t *gp);
-/* Ends every recorded capture whose stream is no longer in it. */
+/* Ends every recorded capture whose stream is no longer in it (may reap their graph pools). */
 void vpmm_cap_refresh(vpmm_pool_t *p, vpmm_graphs_t *g);
-/* Ends the records of gp's captures (its graphs are all gone, so they are over). */
+/* Ends the records of gp's captures (its graphs are all gone, so they are over). Ending the last
+ * one reaps gp if nothing else references it: the caller must not use gp afterwards. */
 void vpmm_cap_end_all_of(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp);
 
 /* ---- for checkpoint/ ----------------------------------------------------------------------- */

@@ -126,10 +126,13 @@ void vpmm_g_collect(vpmm_pool_t *p)
         gp->graphs -= dead;
         if (gp->graphs > 0)
             continue;
-        /* No graph left: its captures are over (each held a graph), its pages may move. */
-        vpmm_cap_end_all_of(p, g, gp);
+        /* No graph left: its captures are over (each held a graph), its pages may move. Ending
+         * the last capture reaps gp when nothing else holds it: gp is not touched after that. */
         vpmm_i_arena_set_pinned(gp->arena, 0);
-        vpmm_gp_reap(p, gp);
+        if (vpmm_cap_uses(g, gp))
+            vpmm_cap_end_all_of(p, g, gp);
+        else
+            vpmm_gp_reap(p, gp);
     }
 }
 

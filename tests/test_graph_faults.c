@@ -290,6 +290,40 @@ static void test_begin_undo_survives_second_failure(void **state)
     }
 }
 
+/*
+ * Found by the fuzzer (tests/fuzz/regressions/collect-unpins-reaped-graph-pool): a capture ended
+ * outside vpmm, its graph destroyed, and the capture-status query failing when the pool next
+ * collects, so the capture's record outlives its graph. Collecting then ended the record, which
+ * freed the graph pool, and went on to unpin the freed graph pool (a use after free; ASan sees it,
+ * and CI runs this under ASan). The graph pool must go exactly once, and everything be returned.
+ */
+static void test_dead_capture_unseen_by_a_failed_query(void **state)
+{
+    ctx_t c;
+    void *p;
+    (void)state;
+    memset(&c, 0, sizeof c);
+    tpool_open(&c.t, NULL);
+    c.s = vpmm_host_stream_create(c.t.host);
+    assert_int_equal(vpmm_capture_begin(c.t.pool, NULL, c.s, 0), VPMM_SUCCESS);
+    p = tmalloc(c.t.pool, 3000, c.s);
+    tfree(c.t.pool, p);
+    assert_int_equal(tstats(c.t.pool).graph_pools, 1);
+    assert_int_equal(vpmm_host_end_capture(c.t.host, c.s), VPMM_DRV_OK); /* graph destroyed */
+    vpmm_host_complete_all(c.t.host);
+
+    vpmm_fault_fail_from(c.t.fault, VPMM_DRV_CAPTURE_INFO, 1, VPMM_DRV_ERROR);
+    assert_int_equal(tstats(c.t.pool).graph_pools, 0); /* collected, the record with it */
+    note_coverage(vpmm_drv_entry_name(VPMM_DRV_CAPTURE_INFO));
+    vpmm_fault_clear(c.t.fault);
+    CHECK_POOL(c.t.pool);
+    assert_driver_matches_pool(&c.t);
+    assert_int_equal(vpmm_host_user_objects(c.t.host), 0);
+    p = tmalloc(c.t.pool, 3000, c.s); /* the stream is an ordinary one again */
+    tfree(c.t.pool, p);
+    cleanup(&c);
+}
+
 static void test_coverage(void **state)
 {
     static const vpmm_drv_entry_t used[] = {
@@ -320,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_sweep_errors),
         cmocka_unit_test(test_sweep_out_of_memory),
         cmocka_unit_test(test_begin_undo_survives_second_failure),
+        cmocka_unit_test(test_dead_capture_unseen_by_a_failed_query),
         cmocka_unit_test(test_coverage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
