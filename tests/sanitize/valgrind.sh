@@ -14,8 +14,10 @@
 #   VPMM_THREADS_OPS, VPMM_STRESS_OPS   fewer operations than the defaults (valgrind runs the
 #                         threads one at a time and is ~30x slower)
 #   CUDA_VISIBLE_DEVICES= the host backend everywhere: valgrind cannot follow the CUDA driver
-#   VPMM_TEST_UNDER_VALGRIND=1  skips the one test case that needs the default 8 TiB VA
-#                         reservation (test_options: test_create_env_page_6m_default_va)
+#   VPMM_TEST_UNDER_VALGRIND=1  skips what needs more address space than valgrind gives: the
+#                         default 8 TiB reservation (test_footprint, and test_options's
+#                         test_create_env_page_6m_default_va) and test_threads (~100 GiB of
+#                         fresh VA over a run; ASan and TSan cover it)
 # The GPU tests (label gpu) and test_package and test_nvtx_off (scripts around cmake and nm, not
 # vpmm code) are left out. VALGRIND_ARGS adds options (e.g. --track-origins=yes, ~2x slower).
 # Logs go to $BUILD_DIR/valgrind/<test>.log; a summary line per test and the list of failures are
