@@ -15,7 +15,7 @@
  * The last four rows were found by this table (docs/BAD_INPUT.md, "Found by the table") and
  * fixed in src/; they stay as regression tests.
  *
- * Environment rows run between env_setup/env_teardown, which unset every VPMM_* variable, so no
+ * Environment rows run between tenv_clear (test_util.c), which unset every VPMM_* variable, so no
  * row sees another's settings or the caller's shell. Single-threaded, like every core test.
  */
 #include <stdio.h>
@@ -1486,30 +1486,6 @@ static void test_stream_release_unknown(void **state)
 
 /* ---- bad environment values ------------------------------------------------------------ */
 
-static const char *const env_vars[] = { "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
-                                        "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT",
-                                        "VPMM_MAX_BYTES", "VPMM_VERBOSE" };
-
-static void unset_all(void)
-{
-    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
-        assert_int_equal(unsetenv(env_vars[i]), 0);
-}
-
-static int env_setup(void **state)
-{
-    (void)state;
-    unset_all();
-    return 0;
-}
-
-static int env_teardown(void **state)
-{
-    (void)state;
-    unset_all();
-    return 0;
-}
-
 /* A host pool with a small VA chunk (the default 8 TiB may not fit under valgrind or ASan). */
 static void base_config(vpmm_config_t *c)
 {
@@ -1976,7 +1952,7 @@ static void test_out_pointer_on_null_handle(void **state)
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
-#define ENV_TEST(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
+#define ENV_TEST(f) cmocka_unit_test_setup_teardown(f, tenv_clear, tenv_clear)
 
 int main(void)
 {

@@ -6,7 +6,7 @@
  * the driver granularity). The last group goes through the public vpmm_pool_create on the host
  * backend, so an environment knob is seen to reach the pool it configures.
  *
- * Every test that touches the environment runs between env_setup/env_teardown, which unset all
+ * Every test that touches the environment runs between tenv_clear (test_util.c), which unset all
  * VPMM_* variables, so no test sees another's settings or the caller's shell. Pools created here
  * set a small VPMM_VA_SIZE: ASan's shadow may leave no room for the default 8 TiB placeholder.
  */
@@ -18,30 +18,6 @@
 #include "driver.h"
 #include "options.h"
 #include "test_util.h"
-
-static const char *const env_vars[] = { "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
-                                        "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT",
-                                        "VPMM_MAX_BYTES", "VPMM_VERBOSE" };
-
-static void unset_all(void)
-{
-    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
-        assert_int_equal(unsetenv(env_vars[i]), 0);
-}
-
-static int env_setup(void **state)
-{
-    (void)state;
-    unset_all();
-    return 0;
-}
-
-static int env_teardown(void **state)
-{
-    (void)state;
-    unset_all();
-    return 0;
-}
 
 static void set_env(const char *name, const char *value)
 {
@@ -470,7 +446,7 @@ static void test_resolve_bad_env(void **state)
     vpmm_options_t o, before;
     (void)state;
     for (size_t i = 0; i < sizeof bad_envs / sizeof bad_envs[0]; i++) {
-        unset_all();
+        tenv_unset_all();
         set_env(bad_envs[i].name, bad_envs[i].value);
         memset(&o, 0x5a, sizeof o);
         before = o;
@@ -491,19 +467,19 @@ static void test_resolve_bad_env_messages(void **state)
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
     assert_string_equal(vpmm_last_error(),
                         "VPMM_PAGE_SIZE='3X': expected bytes with an optional K, M, G or T suffix");
-    unset_all();
+    tenv_unset_all();
     set_env("VPMM_PAGES", "2K");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
     assert_error_mentions("expected a decimal count");
-    unset_all();
+    tenv_unset_all();
     set_env("VPMM_PAGES", "99999999999999999999999");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
     assert_error_mentions("too large");
-    unset_all();
+    tenv_unset_all();
     set_env("VPMM_BACKEND", "CUDA");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
     assert_string_equal(vpmm_last_error(), "VPMM_BACKEND='CUDA': expected cuda, host or auto");
-    unset_all();
+    tenv_unset_all();
     set_env("VPMM_VA_SIZE", "0");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
     assert_error_mentions("must be positive");
@@ -525,7 +501,7 @@ static void test_resolve_bad_env_despite_config(void **state)
     c.prealloc_pages = 2;
     c.host_memory = 8 * GiB;
     for (size_t i = 0; i < sizeof bad_envs / sizeof bad_envs[0]; i++) {
-        unset_all();
+        tenv_unset_all();
         set_env(bad_envs[i].name, bad_envs[i].value);
         vpmm_status_t st = vpmm_i_options_resolve(&c, &o);
         if (st != VPMM_ERROR_INVALID_ENV)
@@ -555,7 +531,7 @@ static void test_cap_and_verbose(void **state)
     assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
     assert_int_equal(o.max_bytes, 64 * MiB);
     assert_int_equal(o.verbose, 0);
-    unset_all();
+    tenv_unset_all();
     set_env("VPMM_MAX_BYTES", "1M");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
     assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
@@ -772,7 +748,7 @@ static void test_resolve_then_finish_env(void **state)
     assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
     assert_error_mentions("VPMM_PAGE_SIZE");
 
-    unset_all();
+    tenv_unset_all();
     set_env("VPMM_PAGE_SIZE", "1G");
     set_env("VPMM_VA_SIZE", "1G");
     set_env("VPMM_PAGES", "1");
@@ -853,7 +829,7 @@ static void test_create_bad_env(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof bad_envs / sizeof bad_envs[0]; i++) {
-        unset_all();
+        tenv_unset_all();
         set_env("VPMM_BACKEND", "host");
         set_env("VPMM_VA_SIZE", "1G");
         set_env(bad_envs[i].name, bad_envs[i].value);
@@ -1035,7 +1011,7 @@ static void test_cache_percent(void **state)
     set_env("VPMM_CACHE_PERCENT", "5%");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
     assert_error_mentions("expected a decimal count");
-    unset_all();
+    tenv_unset_all();
     vpmm_config_init(&c);
     assert_int_equal(c.cache_percent, -1);
     c.cache_percent = 101;
@@ -1047,7 +1023,7 @@ static void test_cache_percent(void **state)
     assert_int_equal(o.cache_percent, 25);
 }
 
-#define ENV_TEST(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
+#define ENV_TEST(f) cmocka_unit_test_setup_teardown(f, tenv_clear, tenv_clear)
 
 int main(void)
 {

@@ -2,6 +2,7 @@
  * test_util.c — see test_util.h. Not thread-safe (tests are single-threaded).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -163,4 +164,20 @@ void assert_driver_matches_pool(const tpool_t *t)
     assert_int_equal(live.mappings, p->phys_count + zombie_maps);
     assert_int_equal(live.reservations, p->chunk_count);
     assert_int_equal(live.events, events);
+}
+
+void tenv_unset_all(void)
+{
+    static const char *const vars[] = { "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
+                                        "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT",
+                                        "VPMM_MAX_BYTES", "VPMM_VERBOSE" };
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        assert_int_equal(unsetenv(vars[i]), 0);
+}
+
+int tenv_clear(void **state)
+{
+    (void)state;
+    tenv_unset_all();
+    return 0;
 }
