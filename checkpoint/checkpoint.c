@@ -32,7 +32,7 @@ typedef struct ck_alloc {
     uintptr_t addr;
     size_t size;      /* rounded, as the region */
     size_t requested; /* the caller's size */
-    vpmm_stream_t stream;
+    vpmm_stream_key_t stream; /* a per-thread stream's owner included (internal.h) */
 } ck_alloc_t;
 
 typedef struct ck_free {
@@ -190,7 +190,7 @@ size_t vpmm_checkpoint_allocs(const vpmm_checkpoint_t *ck, vpmm_checkpoint_alloc
         return 0;
     for (size_t i = 0; i < ck->nallocs && i < cap && out != NULL; i++)
         out[i] = (vpmm_checkpoint_alloc_t){ (void *)ck->allocs[i].addr, ck->allocs[i].requested,
-                                            ck->allocs[i].stream };
+                                            ck->allocs[i].stream.handle };
     return ck->nallocs;
 }
 
@@ -372,7 +372,8 @@ static int agrees(const walk_t *wk, const vpmm_view_t *v)
     uintptr_t free_end;
     if (e != NULL && e->addr == v->addr)
         return v->state == VPMM_REGION_ALLOCATED && v->size == e->size &&
-               v->requested == e->requested && v->stream == vpmm_i_stream_handle(e->stream);
+               v->requested == e->requested &&
+               vpmm_i_stream_key_equal(v->stream, vpmm_i_stream_key_of(e->stream));
     free_end = e != NULL && e->addr < wk->run_end ? e->addr : wk->run_end;
     return v->state == VPMM_REGION_FREE && v->ready && v->addr + v->size == free_end;
 }

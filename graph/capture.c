@@ -53,7 +53,7 @@ static void record_end(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_capture_rec_t *rec
  * new graph pool when gp is NULL. All or nothing.
  */
 static vpmm_status_t record_new(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp,
-                                vpmm_stream_t stream, uint64_t id, vpmm_graph_t graph,
+                                vpmm_stream_key_t stream, uint64_t id, vpmm_graph_t graph,
                                 vpmm_capture_rec_t **out)
 {
     vpmm_capture_rec_t *rec = calloc(1, sizeof *rec);
@@ -77,7 +77,7 @@ static vpmm_status_t record_new(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_poo
     rec->stream = stream;
     rec->next = g->captures;
     g->captures = rec;
-    vpmm_i_arena_capture_begun(gp->arena);
+    vpmm_i_arena_capture_begun(p, gp->arena);
     *out = rec;
     return VPMM_SUCCESS;
 fail:
@@ -93,7 +93,9 @@ void vpmm_cap_refresh(vpmm_pool_t *p, vpmm_graphs_t *g)
         vpmm_capture_status_t cap;
         uint64_t id;
         next = rec->next;
-        if (d->capture_info(d, rec->stream, &cap, &id, NULL) != VPMM_DRV_OK)
+        if (!vpmm_i_stream_key_here(rec->stream))
+            continue; /* another thread's per-thread stream: that thread will see */
+        if (d->capture_info(d, rec->stream.handle, &cap, &id, NULL) != VPMM_DRV_OK)
             continue; /* not knowing means not over */
         if (cap == VPMM_CAPTURE_NONE || id != rec->id)
             record_end(p, g, rec);
@@ -113,8 +115,8 @@ void vpmm_cap_end_all_of(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp
 /* ---- hooks -------------------------------------------------------------------------------- */
 
 /* The record of the capture stream is in (status and id already known), made if new. */
-static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_stream_t stream, uint64_t id,
-                                vpmm_capture_rec_t **out)
+static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_stream_key_t stream,
+                                uint64_t id, vpmm_capture_rec_t **out)
 {
     vpmm_driver_t *d = vpmm_i_pool_driver(p);
     vpmm_capture_status_t cap;
@@ -125,17 +127,17 @@ static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_stream_t 
     if (*out != NULL)
         return VPMM_SUCCESS;
     vpmm_cap_refresh(p, g); /* a new capture: earlier ones may have ended */
-    VPMM_CHECK(vpmm_i_drv_status(p, d->capture_info(d, stream, &cap, &id2, &graph)));
+    VPMM_CHECK(vpmm_i_drv_status(p, d->capture_info(d, stream.handle, &cap, &id2, &graph)));
     if (cap == VPMM_CAPTURE_NONE || id2 != id) {
-        vpmm_i_set_error("stream %p left capture %llu while vpmm looked at it", (void *)stream,
-                         (unsigned long long)id);
+        vpmm_i_set_error("stream %p left capture %llu while vpmm looked at it",
+                         (void *)stream.handle, (unsigned long long)id);
         return VPMM_ERROR_NOT_CAPTURING;
     }
     return record_new(p, g, NULL, stream, id, graph, out);
 }
 
-vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_t stream, uint64_t capture_id, size_t size,
-                            void **out_ptr)
+vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
+                            size_t size, void **out_ptr)
 {
     vpmm_graphs_t *g = vpmm_gp_state(p);
     vpmm_capture_rec_t *rec;
@@ -152,7 +154,7 @@ vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id)
     return rec ? rec->gp->arena : NULL;
 }
 
-void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_t stream)
+void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream)
 {
     vpmm_graphs_t *g = *vpmm_i_pool_graphs(p);
     vpmm_capture_rec_t *rec, *next;
@@ -160,7 +162,7 @@ void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_t stream)
         return;
     for (rec = g->captures; rec; rec = next) {
         next = rec->next;
-        if (rec->stream == stream)
+        if (vpmm_i_stream_key_equal(rec->stream, stream))
             record_end(p, g, rec); /* the stream goes away: never query it again */
     }
 }
@@ -214,6 +216,7 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_
     vpmm_graphs_t *g;
     vpmm_capture_rec_t *rec;
     vpmm_capture_status_t cap;
+    vpmm_stream_key_t key;
     vpmm_graph_t graph;
     vpmm_status_t st;
     uint64_t id;
@@ -224,6 +227,8 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_
     }
     if (gp != NULL)
         VPMM_CHECK(vpmm_gp_check(gp, pool, "vpmm_capture_begin"));
+    key = vpmm_i_stream_key(pool, stream);
+    stream = key.handle; /* canonical: stream 0 of a per-thread program can be captured */
     if (vpmm_i_stream_is_legacy(stream)) {
         vpmm_i_set_error("vpmm_capture_begin: the legacy default stream cannot be captured");
         return VPMM_ERROR_INVALID_ARGUMENT;
@@ -254,7 +259,7 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_
     if (st == VPMM_SUCCESS) {
         st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
         if (st == VPMM_SUCCESS)
-            st = record_new(pool, g, gp, stream, id, graph, &rec);
+            st = record_new(pool, g, gp, key, id, graph, &rec);
         if (st != VPMM_SUCCESS)
             abort_capture(pool, stream);
     }
@@ -279,6 +284,7 @@ vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_gra
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     d = vpmm_i_pool_driver(pool);
+    stream = vpmm_i_stream_key(pool, stream).handle;
     vpmm_i_lock(pool);
     st = capture_of(pool, stream, "vpmm_capture_end", &id);
     if (st != VPMM_SUCCESS)
@@ -322,6 +328,7 @@ vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vp
     vpmm_graphs_t *g;
     vpmm_capture_rec_t *rec;
     vpmm_capture_status_t cap;
+    vpmm_stream_key_t key;
     vpmm_graph_t graph;
     vpmm_status_t st;
     uint64_t id;
@@ -332,6 +339,8 @@ vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vp
     }
     VPMM_CHECK(vpmm_gp_check(gp, pool, "vpmm_capture_register"));
     d = vpmm_i_pool_driver(pool);
+    key = vpmm_i_stream_key(pool, stream);
+    stream = key.handle;
     vpmm_i_lock(pool);
     g = vpmm_gp_state(pool);
     st = g ? capture_of(pool, stream, "vpmm_capture_register", &id) : VPMM_ERROR_HOST_OUT_OF_MEMORY;
@@ -350,7 +359,7 @@ vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vp
     }
     st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
     if (st == VPMM_SUCCESS)
-        st = record_new(pool, g, gp, stream, id, graph, &rec);
+        st = record_new(pool, g, gp, key, id, graph, &rec);
 out:
     vpmm_i_unlock(pool);
     return st;
@@ -361,6 +370,7 @@ vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
 {
     vpmm_graphs_t *g;
     vpmm_capture_rec_t *rec;
+    vpmm_stream_key_t key;
     vpmm_status_t st;
     uint64_t id;
 
@@ -371,12 +381,13 @@ vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
                          pool == NULL ? "pool" : "out_graph_pool");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
+    key = vpmm_i_stream_key(pool, stream);
     vpmm_i_lock(pool);
     g = vpmm_gp_state(pool);
-    st = g ? capture_of(pool, stream, "vpmm_capture_graph_pool", &id)
+    st = g ? capture_of(pool, key.handle, "vpmm_capture_graph_pool", &id)
            : VPMM_ERROR_HOST_OUT_OF_MEMORY;
     if (st == VPMM_SUCCESS)
-        st = record_for(pool, g, stream, id, &rec);
+        st = record_for(pool, g, key, id, &rec);
     if (st == VPMM_SUCCESS) {
         rec->gp->handles++;
         *out = rec->gp;

@@ -35,11 +35,12 @@ struct vpmm_graph_pool {
     vpmm_graph_pool_t *next;
 };
 
-/* A capture vpmm serves: its id, its graph pool, and a stream of it (to notice its end). */
+/* A capture vpmm serves: its id, its graph pool, and a stream of it (to notice its end; a
+ * per-thread stream can be asked only from its own thread). */
 struct vpmm_capture_rec {
     uint64_t id;
     vpmm_graph_pool_t *gp;
-    vpmm_stream_t stream;
+    vpmm_stream_key_t stream;
     vpmm_capture_rec_t *next;
 };
 
@@ -68,7 +69,8 @@ vpmm_status_t vpmm_gp_check(const vpmm_graph_pool_t *gp, const vpmm_pool_t *pool
 vpmm_capture_rec_t *vpmm_cap_find(vpmm_graphs_t *g, uint64_t id);
 /* Whether a capture record names gp. */
 int vpmm_cap_uses(const vpmm_graphs_t *g, const vpmm_graph_pool_t *gp);
-/* Ends every recorded capture whose stream is no longer in it (may reap their graph pools). */
+/* Ends every recorded capture whose stream is no longer in it (may reap their graph pools).
+ * Captures on other threads' per-thread streams are left for their own thread to notice. */
 void vpmm_cap_refresh(vpmm_pool_t *p, vpmm_graphs_t *g);
 /* Ends the records of gp's captures (its graphs are all gone, so they are over). Ending the last
  * one reaps gp if nothing else references it: the caller must not use gp afterwards. */

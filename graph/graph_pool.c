@@ -161,7 +161,7 @@ vpmm_status_t vpmm_g_fini(vpmm_pool_t *p)
     if ((*slot)->captures != NULL) {
         const vpmm_capture_rec_t *rec = (*slot)->captures;
         vpmm_i_set_error("vpmm_pool_destroy: stream %p is being captured into graph pool g%u",
-                         (void *)rec->stream, rec->gp->id);
+                         (void *)rec->stream.handle, rec->gp->id);
         return VPMM_ERROR_POOL_BUSY;
     }
     if ((*slot)->pools != NULL && waiting_for_destructors(*slot)) {

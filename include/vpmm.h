@@ -27,8 +27,14 @@
  *    are the stream's, never the thread's. Pool creation reads the environment: do not setenv(3)
  *    concurrently (the C library's rule).
  *  - The header needs no CUDA header: vpmm_stream_t is the same type as cudaStream_t and CUstream
- *    (a pointer to struct CUstream_st), so either can be passed directly. Stream 0 (NULL) is the
- *    legacy default stream.
+ *    (a pointer to struct CUstream_st), so either can be passed directly. The special handles
+ *    mean what they mean to CUDA: VPMM_STREAM_LEGACY (cudaStreamLegacy) is the legacy default
+ *    stream; VPMM_STREAM_PER_THREAD (cudaStreamPerThread) is the calling thread's own per-thread
+ *    stream, a different stream in each thread; stream 0 (NULL) is the legacy default stream, or
+ *    the calling thread's per-thread stream in a program built with --default-stream per-thread
+ *    (vpmm_config_t.default_stream; set automatically by vpmm_config_init in a file compiled
+ *    that way). vpmm tells the per-thread streams of different threads apart: a block freed on
+ *    one thread's per-thread stream is reused by another thread only after that stream's work.
  */
 #ifndef VPMM_H
 #define VPMM_H
@@ -53,6 +59,11 @@ struct CUstream_st;
 typedef struct CUstream_st *vpmm_stream_t;
 struct CUgraph_st;
 typedef struct CUgraph_st *vpmm_graph_t;
+
+/* CUDA's special stream handles (CU_STREAM_LEGACY / cudaStreamLegacy and CU_STREAM_PER_THREAD /
+ * cudaStreamPerThread, same values), usable wherever a vpmm_stream_t is taken. */
+#define VPMM_STREAM_LEGACY     ((vpmm_stream_t)0x1)
+#define VPMM_STREAM_PER_THREAD ((vpmm_stream_t)0x2)
 
 typedef struct vpmm_pool vpmm_pool_t;
 typedef struct vpmm_graph_pool vpmm_graph_pool_t; /* a private pool for captured graphs */
@@ -88,6 +99,15 @@ typedef enum vpmm_backend {
     VPMM_BACKEND_HOST = 2, /* CPU emulation: memfd pages, simulated streams (tests, CI, replay) */
 } vpmm_backend_t;
 
+/* What stream 0 (NULL) names in the application: that depends on how it was compiled. */
+typedef enum vpmm_default_stream {
+    VPMM_DEFAULT_STREAM_UNSET = 0,      /* VPMM_DEFAULT_STREAM, else LEGACY */
+    VPMM_DEFAULT_STREAM_LEGACY = 1,     /* the legacy default stream (nvcc's default) */
+    VPMM_DEFAULT_STREAM_PER_THREAD = 2, /* the calling thread's per-thread stream: a program built
+                                           with nvcc --default-stream per-thread (which defines
+                                           CUDA_API_PER_THREAD_DEFAULT_STREAM) */
+} vpmm_default_stream_t;
+
 /*
  * Pool configuration. Initialise with vpmm_config_init(), then set what you need. A field left at
  * its "default" value is taken from the environment (unless ignore_env is set), else the built-in
@@ -108,6 +128,10 @@ typedef struct vpmm_config {
                               VPMM_ERROR_OUT_OF_MEMORY */
     int verbose;           /* VPMM_VERBOSE; -1 (default) = 0; 1 = print each out-of-memory report
                               on stderr */
+    vpmm_default_stream_t default_stream; /* VPMM_DEFAULT_STREAM; what stream 0 names. UNSET
+                              (what vpmm_config_init sets, unless the calling file was compiled with
+                              CUDA_API_PER_THREAD_DEFAULT_STREAM: then PER_THREAD) = the
+                              environment, else LEGACY */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */
@@ -199,8 +223,13 @@ typedef int (*vpmm_region_visitor_t)(const vpmm_region_info_t *region, void *use
 
 /* ---- configuration and lifetime ---------------------------------------------------------- */
 
-/* Fills *config with defaults. Never fails for a non-NULL config. Threads: free. */
+/* Fills *config with defaults. Never fails for a non-NULL config. Threads: free.
+ * In a file compiled with CUDA_API_PER_THREAD_DEFAULT_STREAM (nvcc --default-stream per-thread)
+ * the name stands for vpmm_config_init_per_thread (below the declarations), which also sets
+ * default_stream to VPMM_DEFAULT_STREAM_PER_THREAD: stream 0 means there what it means to the
+ * kernels of that file, as CUDA's own headers map their calls. */
 vpmm_status_t vpmm_config_init(vpmm_config_t *config);
+vpmm_status_t vpmm_config_init_per_thread(vpmm_config_t *config);
 
 /*
  * Creates a pool. config may be NULL (all defaults). Reads VPMM_* environment variables (see
@@ -480,6 +509,11 @@ const char *vpmm_last_error(void);
 
 #ifdef __cplusplus
 }
+#endif
+
+/* See vpmm_config_init. Defined after every declaration, so that only calls are renamed. */
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM) && !defined(VPMM_NO_PER_THREAD_MAPPING)
+#define vpmm_config_init(config) vpmm_config_init_per_thread(config)
 #endif
 
 #endif /* VPMM_H */

@@ -143,14 +143,16 @@ void vpmm_i_arena_coalesce_all(vpmm_pool_t *p, vpmm_arena_t *a)
                     r = vpmm_i_region_coalesce(p, r);
 }
 
-void vpmm_i_arena_capture_begun(vpmm_arena_t *a)
+void vpmm_i_arena_capture_begun(vpmm_pool_t *p, vpmm_arena_t *a)
 {
     a->captures++;
+    p->captures++;
 }
 
 void vpmm_i_arena_capture_ended(vpmm_pool_t *p, vpmm_arena_t *a)
 {
     a->captures--;
+    p->captures--;
     if (a->captures > 0 || a->capture_pending == 0)
         return;
     /* Every region freed during the captures becomes ready; the tree walk takes each node's
@@ -174,7 +176,7 @@ void vpmm_i_arena_capture_ended(vpmm_pool_t *p, vpmm_arena_t *a)
 
 /* ---- malloc and free ------------------------------------------------------------------------ */
 
-vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t stream,
+vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_key_t stream,
                                   size_t size, void **out_ptr)
 {
     const size_t rsize = vpmm_round_up_checked(size, VPMM_ALIGNMENT); /* checked by vpmm_malloc */
@@ -196,15 +198,15 @@ vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t
     if (r == NULL) {
         vpmm_plan_t plan;
         memset(&plan, 0, sizeof plan);
-        VPMM_CHECK(vpmm_i_plan_make_private(p, a, s, rsize, &plan));
-        st = vpmm_i_defrag(p, s, &plan, NULL, &r); /* a capture: one thread, nothing to spare */
+        /* Growth may take the shared pool's ready pages: cached ones whose work is known done
+         * must count among them (no event is queried here: a capture forbids it). */
+        vpmm_i_cache_flush_all(p);
+        st = vpmm_i_plan_make_private(p, a, s, rsize, &plan);
+        if (st == VPMM_SUCCESS)
+            st = vpmm_i_defrag(p, s, &plan, NULL, &r); /* a capture: one thread, nothing spare */
         vpmm_i_plan_fini(&plan);
         if (st != VPMM_SUCCESS) {
-            if (st == VPMM_ERROR_OUT_OF_MEMORY) {
-                p->c.ooms++;
-                a->c.ooms++;
-                vpmm_i_oom_report(p, size, stream);
-            }
+            a->c.ooms += st == VPMM_ERROR_OUT_OF_MEMORY; /* vpmm_malloc counts and reports it */
             return st;
         }
     }
@@ -217,12 +219,15 @@ vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t
     return VPMM_SUCCESS;
 }
 
-/* Whether s is being captured into a right now (a driver query; never fails a free). */
+/* Whether s is being captured into a right now (a driver query; never fails a free). Another
+ * thread's per-thread stream cannot be asked from here: then the marker rule applies, which is
+ * never earlier (no marker is recorded for it while a capture is in progress, stream.c). */
 static int capturing_into(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_strm_t *s)
 {
     vpmm_capture_status_t cap;
     uint64_t id;
-    if (vpmm_i_stream_is_legacy(s->handle) || a->captures == 0)
+    if (vpmm_i_stream_is_legacy(s->handle) || a->captures == 0 ||
+        !vpmm_i_stream_key_here(vpmm_i_stream_key_of(s)))
         return 0;
     if (p->drv->capture_info(p->drv, s->handle, &cap, &id, NULL) != VPMM_DRV_OK)
         return 0; /* then the marker rule applies: later, never earlier */
@@ -317,7 +322,8 @@ void vpmm_i_region_view(const vpmm_region_t *r, vpmm_view_t *out)
     out->ready = r->state == VPMM_REGION_FREE && r->ready;
     out->chunk_last = r->next == NULL;
     out->requested = r->state == VPMM_REGION_ALLOCATED ? r->requested : 0;
-    out->stream = r->state == VPMM_REGION_ALLOCATED ? r->stream->handle : NULL;
+    out->stream = r->state == VPMM_REGION_ALLOCATED ? vpmm_i_stream_key_of(r->stream)
+                                                    : (vpmm_stream_key_t){ NULL, 0 };
     out->region = (vpmm_region_t *)r;
 }
 

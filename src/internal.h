@@ -36,17 +36,45 @@ vpmm_driver_t *vpmm_i_pool_driver(const vpmm_pool_t *p);
 vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r);
 /* graph/'s per-pool state (NULL until graph/ first stores one; freed by vpmm_g_fini). */
 struct vpmm_graphs **vpmm_i_pool_graphs(vpmm_pool_t *p);
-/* The tracked stream for handle, created on first sight; NULL if the host is out of memory. */
-vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle);
-vpmm_stream_t vpmm_i_stream_handle(const vpmm_strm_t *s);
-/* The legacy default stream (NULL, or CU_STREAM_LEGACY = 0x1): never captured, driver.h rule 6. */
+/*
+ * A stream's identity. A handle alone is not one: VPMM_STREAM_PER_THREAD (and stream 0 in a
+ * program built with per-thread default streams) names a different stream in each host thread.
+ * The key of such a handle carries the thread whose stream it names (owner: that thread's
+ * vpmm_i_thread_token); every other handle names one stream in every thread (owner 0). Only the
+ * owner may pass a per-thread handle to the driver (vpmm_i_stream_key_here): from any other
+ * thread the same value names another stream. stream.c.
+ */
+typedef struct vpmm_stream_key {
+    vpmm_stream_t handle; /* canonical: stream 0 of a per-thread program is PER_THREAD */
+    uint64_t owner;
+} vpmm_stream_key_t;
+
+/* A number for the calling thread, unique for the life of the process (never 0, never reused). */
+uint64_t vpmm_i_thread_token(void);
+/* The key of handle as the calling thread means it. */
+vpmm_stream_key_t vpmm_i_stream_key(const vpmm_pool_t *p, vpmm_stream_t handle);
+static inline int vpmm_i_stream_key_equal(vpmm_stream_key_t a, vpmm_stream_key_t b)
+{
+    return a.handle == b.handle && a.owner == b.owner;
+}
+/* Whether the calling thread may name the key's stream by its handle in a driver call. */
+static inline int vpmm_i_stream_key_here(vpmm_stream_key_t k)
+{
+    return k.owner == 0 || k.owner == vpmm_i_thread_token();
+}
+/* The tracked stream for key, created on first sight; NULL if the host is out of memory. */
+vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key);
+vpmm_stream_key_t vpmm_i_stream_key_of(const vpmm_strm_t *s);
+/* The legacy default stream (NULL, or CU_STREAM_LEGACY = 0x1): never captured, driver.h rule 6.
+ * Ask it of a canonical handle (a key's): stream 0 of a per-thread program is not legacy. */
 static inline int vpmm_i_stream_is_legacy(vpmm_stream_t s)
 {
     return (uintptr_t)s <= 1;
 }
-/* Records a marker on every live stream other than `except` that has unmarked frees (streams
- * being captured are skipped), then polls every stream (retired ones too) except `except`:
- * pending memory whose work is done becomes ready. NULL polls them all. */
+/* Flushes every exact-size cache, records a marker on every live stream other than `except`
+ * that has unmarked frees (streams being captured, and other threads' per-thread streams, are
+ * skipped), then polls every stream (retired ones too) except `except`: pending memory whose
+ * work is done becomes ready. NULL polls them all. */
 void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except);
 /* Waits until the device is idle (pool destruction with graphs just destroyed). */
 vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p);
@@ -63,12 +91,12 @@ unsigned vpmm_i_arena_id(const vpmm_arena_t *a);
 void vpmm_i_arena_set_pinned(vpmm_arena_t *a, int pinned);
 /* A capture into a begins / ends. When the last one ends, frees made during captures (usable by
  * their own stream only until then) become ready for every later capture. */
-void vpmm_i_arena_capture_begun(vpmm_arena_t *a);
+void vpmm_i_arena_capture_begun(vpmm_pool_t *p, vpmm_arena_t *a);
 void vpmm_i_arena_capture_ended(vpmm_pool_t *p, vpmm_arena_t *a);
 unsigned vpmm_i_arena_captures(const vpmm_arena_t *a);
 /* Allocates from a for stream (a capture's allocation): a's own free memory first, else growth
  * with fresh pages or the shared pool's ready pages. No event query, no host synchronisation. */
-vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_t stream,
+vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_key_t stream,
                                   size_t size, void **out_ptr);
 /* a's statistics (graphs, captures and pinned are graph/'s to fill). */
 void vpmm_i_arena_stats(const vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_graph_pool_stats_t *out);
@@ -84,7 +112,7 @@ typedef struct vpmm_view {
     int ready;             /* FREE: not pending on a stream */
     int chunk_last;        /* the last region of its chunk (a rewrite never crosses one) */
     size_t requested;      /* ALLOCATED: the caller's size */
-    vpmm_stream_t stream;  /* ALLOCATED: its stream */
+    vpmm_stream_key_t stream; /* ALLOCATED: its stream */
     vpmm_region_t *region; /* for vpmm_i_rewrite */
 } vpmm_view_t;
 
@@ -156,8 +184,8 @@ static inline void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
 
 /* vpmm_malloc on a stream that is being captured (capture_id): serve it from the capture's
  * graph pool. Under the pool lock. */
-vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_t stream, uint64_t capture_id, size_t size,
-                            void **out_ptr);
+vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
+                            size_t size, void **out_ptr);
 /* The arena capture_id allocates from, or NULL (a free during a capture asks). */
 vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id);
 /* Returns the pages of graph pools whose last graph and handle are gone, and notices captures
@@ -167,6 +195,6 @@ void vpmm_g_collect(vpmm_pool_t *p);
  * VPMM_ERROR_POOL_BUSY with the reason set. Under the pool lock. */
 vpmm_status_t vpmm_g_fini(vpmm_pool_t *p);
 /* vpmm_stream_release: captures seen on stream are over (the stream is going away). */
-void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_t stream);
+void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream);
 
 #endif /* VPMM_INTERNAL_H */

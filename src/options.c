@@ -25,6 +25,14 @@ vpmm_status_t vpmm_config_init(vpmm_config_t *config)
     config->device = -1;
     config->cache_percent = -1;
     config->verbose = -1;
+    config->default_stream = VPMM_DEFAULT_STREAM_UNSET;
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_config_init_per_thread(vpmm_config_t *config)
+{
+    VPMM_CHECK(vpmm_config_init(config));
+    config->default_stream = VPMM_DEFAULT_STREAM_PER_THREAD;
     return VPMM_SUCCESS;
 }
 
@@ -175,6 +183,22 @@ static vpmm_status_t env_backend(vpmm_backend_t *backend)
     return VPMM_SUCCESS;
 }
 
+static vpmm_status_t env_default_stream(vpmm_default_stream_t *out)
+{
+    const char *text = getenv("VPMM_DEFAULT_STREAM");
+    if (text == NULL)
+        return VPMM_SUCCESS;
+    if (strcmp(text, "legacy") == 0)
+        *out = VPMM_DEFAULT_STREAM_LEGACY;
+    else if (strcmp(text, "per-thread") == 0)
+        *out = VPMM_DEFAULT_STREAM_PER_THREAD;
+    else {
+        vpmm_i_set_error("VPMM_DEFAULT_STREAM='%s': expected legacy or per-thread", text);
+        return VPMM_ERROR_INVALID_ENV;
+    }
+    return VPMM_SUCCESS;
+}
+
 vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t *out)
 {
     vpmm_config_t defaults;
@@ -186,6 +210,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT, max_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t verbose_src = VPMM_FROM_DEFAULT;
     vpmm_backend_t env_back = VPMM_BACKEND_AUTO;
+    vpmm_default_stream_t env_default = VPMM_DEFAULT_STREAM_UNSET;
 
     if (config == NULL) {
         vpmm_config_init(&defaults);
@@ -204,6 +229,12 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     }
     if (config->verbose < -1 || config->verbose > 1) {
         vpmm_i_set_error("config.verbose=%d: expected -1 (default), 0 or 1", config->verbose);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
+    if ((unsigned)config->default_stream > (unsigned)VPMM_DEFAULT_STREAM_PER_THREAD) {
+        vpmm_i_set_error("config.default_stream=%d: expected VPMM_DEFAULT_STREAM_UNSET, _LEGACY "
+                         "or _PER_THREAD",
+                         (int)config->default_stream);
         return VPMM_ERROR_INVALID_CONFIG;
     }
     if (config->device < -1) {
@@ -227,6 +258,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
         VPMM_CHECK(env_number("VPMM_MAX_BYTES", &env_max, &max_src, 0, 0, SIZE_MAX, ""));
         VPMM_CHECK(
             env_number("VPMM_VERBOSE", &env_verbose, &verbose_src, 1, 0, 1, "expected 0 or 1"));
+        VPMM_CHECK(env_default_stream(&env_default));
     }
 
     memset(&o, 0, sizeof o);
@@ -254,6 +286,10 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     o.max_bytes = config->max_bytes ? config->max_bytes : env_max;
     o.max_bytes_src = config->max_bytes ? VPMM_FROM_CONFIG : max_src;
     o.verbose = config->verbose >= 0 ? config->verbose : (int)env_verbose;
+    o.per_thread_default =
+        (config->default_stream != VPMM_DEFAULT_STREAM_UNSET ? config->default_stream
+                                                             : env_default) ==
+        VPMM_DEFAULT_STREAM_PER_THREAD;
     *out = o;
     return VPMM_SUCCESS;
 }

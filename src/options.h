@@ -34,6 +34,7 @@ typedef struct vpmm_options {
     unsigned cache_percent;
     size_t max_bytes; /* 0: no cap; else a whole number of pages once finished */
     int verbose;
+    int per_thread_default; /* stream 0 is the calling thread's per-thread stream (stream.c) */
     vpmm_option_source_t page_size_src, va_size_src, prealloc_src, max_bytes_src;
 } vpmm_options_t;
 

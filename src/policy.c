@@ -20,7 +20,7 @@
  *               ready pages only (no marker, wait or event query: it runs during a capture).
  *
  * Pure decisions over the indexes (the one driver call is capture_info, to skip streams that are
- * being captured). Called under the pool lock.
+ * being captured: vpmm_i_stream_markable). Called under the pool lock.
  */
 #include <stdlib.h>
 
@@ -230,12 +230,9 @@ static int by_age(const void *a, const void *b)
 /* A stream whose pending memory can be moved: its marker exists, or can be recorded now. */
 static int markable(vpmm_pool_t *p, const vpmm_strm_t *t)
 {
-    vpmm_capture_status_t cap;
-    uint64_t id;
     if (t->retired || t->dirty_regions == 0)
         return 1;
-    return p->drv->capture_info(p->drv, t->handle, &cap, &id, NULL) == VPMM_DRV_OK &&
-           cap == VPMM_CAPTURE_NONE;
+    return vpmm_i_stream_markable(p, t);
 }
 
 static vpmm_status_t harvest_others(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, size_t *need)

@@ -218,7 +218,7 @@ fail_drv:
 
 static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
 {
-    vpmm_host_options_t host = { 0, opt->host_memory };
+    vpmm_host_options_t host = { .memory_limit = opt->host_memory };
     vpmm_dres_t r;
     vpmm_backend_t b = opt->backend;
 
@@ -346,6 +346,7 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
 {
     vpmm_capture_status_t cap;
     vpmm_precreated_t pre = { NULL, 0, 0, 0 };
+    vpmm_stream_key_t key;
     vpmm_region_t *r;
     vpmm_strm_t *s;
     vpmm_status_t st;
@@ -372,22 +373,25 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     }
 
     /* The legacy default stream is never captured (driver.h rule 6): no query on its hot path.
-     * Other streams are asked before the lock is taken: the query needs no pool state. */
+     * Other streams are asked before the lock is taken: the query needs no pool state. The key's
+     * handle is canonical: stream 0 of a per-thread program is this thread's per-thread stream,
+     * which can be captured. */
+    key = vpmm_i_stream_key(pool, stream);
     cap = VPMM_CAPTURE_NONE;
     capture_id = 0;
     dres = VPMM_DRV_OK;
-    if (!vpmm_i_stream_is_legacy(stream))
-        dres = pool->drv->capture_info(pool->drv, stream, &cap, &capture_id, NULL);
+    if (!vpmm_i_stream_is_legacy(key.handle))
+        dres = pool->drv->capture_info(pool->drv, key.handle, &cap, &capture_id, NULL);
     vpmm_i_lock(pool);
     st = vpmm_i_drv_status(pool, dres);
     if (VPMM_UNLIKELY(st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE)) {
         /* A capture: its graph pool serves it (graph/), never the shared pool. */
-        st = vpmm_g_malloc(pool, stream, capture_id, size, out_ptr);
+        st = vpmm_g_malloc(pool, key, capture_id, size, out_ptr);
         goto out;
     }
     if (st != VPMM_SUCCESS)
         goto out;
-    s = vpmm_i_stream_get(pool, stream);
+    s = vpmm_i_stream_get(pool, key);
     if (s == NULL ||
         (VPMM_UNLIKELY(pool->spare_count < 4) && vpmm_i_region_reserve(pool, 4) != VPMM_SUCCESS) ||
         vpmm_hmap_reserve(&pool->allocs, 1) != 0) {
@@ -403,13 +407,8 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
         r = vpmm_i_fit_nowait(pool, s, rsize);
         if (VPMM_UNLIKELY(r == NULL)) {
             st = malloc_slow(pool, s, rsize, &r, &pre);
-            if (st != VPMM_SUCCESS) {
-                if (st == VPMM_ERROR_OUT_OF_MEMORY) {
-                    pool->c.ooms++;
-                    vpmm_i_oom_report(pool, size, stream);
-                }
+            if (st != VPMM_SUCCESS)
                 goto out;
-            }
         }
         r = vpmm_i_allocate_from(pool, r, s, rsize, size);
     }
@@ -417,6 +416,12 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     vpmm_i_note_peaks(pool);
     *out_ptr = (void *)r->addr;
 out:
+    if (VPMM_UNLIKELY(st == VPMM_ERROR_OUT_OF_MEMORY)) {
+        /* Every way to run out, the shared pool's and a graph pool's, is counted and reported
+         * here, once (the graph pool counted its own). */
+        pool->c.ooms++;
+        vpmm_i_oom_report(pool, size, key.handle);
+    }
     vpmm_i_unlock(pool);
     if (VPMM_UNLIKELY(pre.h != NULL))
         vpmm_i_precreated_discard(pool->drv, &pre); /* the handles the final plan did not use */
@@ -474,6 +479,7 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
 {
     vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
     vpmm_dres_t dres = VPMM_DRV_OK;
+    vpmm_stream_key_t key;
     vpmm_strm_t *s;
     vpmm_status_t st;
     if (pool == NULL) {
@@ -482,8 +488,9 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
     }
     /* A stream being captured is still in use: releasing it would end vpmm's record of the
      * capture while CUDA's goes on. Refused, nothing changed. */
-    if (!vpmm_i_stream_is_legacy(stream))
-        dres = pool->drv->capture_info(pool->drv, stream, &cap, NULL, NULL);
+    key = vpmm_i_stream_key(pool, stream);
+    if (!vpmm_i_stream_is_legacy(key.handle))
+        dres = pool->drv->capture_info(pool->drv, key.handle, &cap, NULL, NULL);
     vpmm_i_lock(pool);
     st = vpmm_i_drv_status(pool, dres);
     if (st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE) {
@@ -495,8 +502,9 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
         vpmm_i_unlock(pool);
         return st;
     }
-    vpmm_g_stream_released(pool, stream);
-    for (s = pool->streams; s && s->handle != stream; s = s->next)
+    vpmm_g_stream_released(pool, key);
+    for (s = pool->streams; s && !vpmm_i_stream_key_equal(vpmm_i_stream_key_of(s), key);
+         s = s->next)
         ;
     if (s != NULL)
         st = vpmm_i_stream_retire(pool, s);

@@ -113,6 +113,7 @@ struct vpmm_region {
 /* What the pool knows about one application stream. */
 struct vpmm_strm {
     vpmm_stream_t handle;
+    uint64_t owner; /* per-thread handle: the thread whose stream it is (internal.h), else 0 */
     vpmm_rbtree_t
         free_tree; /* pending FREE regions of this stream (shared arena), by (size, addr) */
     vpmm_region_t *pend_head, *pend_tail; /* its pending regions of every arena, in seq order */
@@ -188,6 +189,7 @@ struct vpmm_pool {
     vpmm_arena_t shared;
     vpmm_arena_t *privates; /* private arenas (graph pools) */
     size_t private_count;
+    unsigned captures; /* captures in progress, all arenas (the sum of their `captures`) */
     struct vpmm_graphs *graphs; /* graph/'s state (graph pools, captures); NULL until used */
     vpmm_region_t *zombie_head, *zombie_tail;
     vpmm_hmap_t allocs; /* address -> ALLOCATED region */
@@ -313,10 +315,13 @@ static inline vpmm_region_t *vpmm_i_allocate_from(vpmm_pool_t *p, vpmm_region_t 
 
 /* ---- streams and markers (stream.c) -------------------------------------------------------- */
 
-/* Makes sure marker `seq` of s is recorded (recording it now if it is the next one). Refuses
- * (VPMM_ERROR_STREAM_CAPTURING) on a stream being captured: a marker there would be a graph node.
- */
+/* Makes sure marker `seq` of s is recorded (recording it now if it is the next one): on s, or on
+ * the legacy stream when s is another thread's per-thread stream (stream.c, "Identity"). Refuses
+ * (VPMM_ERROR_STREAM_CAPTURING) on a stream being captured, whose marker would be a graph node,
+ * and the legacy substitute while any capture is in progress. */
 vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq);
+/* Whether vpmm_i_stream_mark could record a marker for s now (one capture query at most). */
+int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s);
 
 /* The event of an in-flight marker (completed <= seq < recorded). */
 vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq);

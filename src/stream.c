@@ -11,20 +11,59 @@
  * Markers are never recorded on a stream that is being captured: there, cuEventRecord makes a
  * graph node, and querying such an event would invalidate the capture.
  *
+ * Identity (internal.h, vpmm_stream_key_t). VPMM_STREAM_PER_THREAD names the calling thread's
+ * own stream, so a record is keyed by handle *and* owner thread, and only the owner may record
+ * a marker on it by handle: from another thread the same value is another stream. A marker that
+ * another thread needs is recorded on the legacy stream instead: the legacy stream waits for the
+ * work enqueued before it on every blocking stream, per-thread streams are blocking, so that
+ * event completes only after the per-thread stream's earlier work — a later point, never an
+ * earlier one. Its price: while it is pending, later work of every blocking stream waits for it
+ * (CUDA's implicit synchronisation), so it is recorded only on demand (a malloc that wants that
+ * memory), never by the blanket marking of stream_poll_all. And never while a capture is in
+ * progress: legacy work that depends on a capturing blocking stream invalidates the capture
+ * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); the memory then stays pending until the owner thread
+ * marks it or the captures end.
+ *
  * Called under the pool lock. Invariant I8 (pool.h) is checked in check.c.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pool.h"
 
-vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle)
+uint64_t vpmm_i_thread_token(void)
 {
+    static atomic_uint_fast64_t next = 1;
+    static _Thread_local uint64_t token;
+    if (VPMM_UNLIKELY(token == 0))
+        token = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
+    return token;
+}
+
+vpmm_stream_key_t vpmm_i_stream_key(const vpmm_pool_t *p, vpmm_stream_t handle)
+{
+    vpmm_stream_key_t k = { handle, 0 };
+    if (handle == NULL && p->opt.per_thread_default)
+        k.handle = VPMM_STREAM_PER_THREAD; /* what 0 means to the program's kernels */
+    if (k.handle == VPMM_STREAM_PER_THREAD)
+        k.owner = vpmm_i_thread_token();
+    return k;
+}
+
+vpmm_stream_key_t vpmm_i_stream_key_of(const vpmm_strm_t *s)
+{
+    return (vpmm_stream_key_t){ s->handle, s->owner };
+}
+
+vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key)
+{
+    const vpmm_stream_t handle = key.handle;
     vpmm_strm_t *s = p->last_stream;
-    if (VPMM_LIKELY(s != NULL && s->handle == handle))
+    if (VPMM_LIKELY(s != NULL && s->handle == handle && s->owner == key.owner))
         return s;
     for (s = p->streams; s; s = s->next) {
-        if (s->handle == handle) {
+        if (s->handle == handle && s->owner == key.owner) {
             p->last_stream = s;
             return s;
         }
@@ -40,6 +79,7 @@ vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle)
         return NULL;
     }
     s->handle = handle;
+    s->owner = key.owner;
     vpmm_rb_init(&s->free_tree);
     s->next = p->streams;
     p->streams = s;
@@ -48,10 +88,6 @@ vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_t handle)
     return s;
 }
 
-vpmm_stream_t vpmm_i_stream_handle(const vpmm_strm_t *s)
-{
-    return s->handle;
-}
 
 /* Destroys an event, with a second try: a transient failure must not leak it. */
 static vpmm_status_t event_destroy(vpmm_pool_t *p, vpmm_drv_event_t ev)
@@ -109,10 +145,41 @@ vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq)
     return s->ring[seq % s->ring_cap];
 }
 
-vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
+/* Whether s's stream may be named by its handle here (see "Identity" above). */
+static int stream_here(const vpmm_strm_t *s)
+{
+    return vpmm_i_stream_key_here(vpmm_i_stream_key_of(s));
+}
+
+/* Where a marker for s is recorded from this thread: s itself, or the legacy stream in its
+ * place; VPMM_ERROR_STREAM_CAPTURING when neither may take one now. */
+static vpmm_status_t marker_stream(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_stream_t *out)
 {
     vpmm_capture_status_t cap;
     uint64_t capture_id;
+    if (!stream_here(s)) {
+        if (p->captures > 0)
+            return VPMM_ERROR_STREAM_CAPTURING;
+        *out = VPMM_STREAM_LEGACY;
+        return VPMM_SUCCESS;
+    }
+    VPMM_CHECK(
+        vpmm_i_drv_status(p, p->drv->capture_info(p->drv, s->handle, &cap, &capture_id, NULL)));
+    if (cap != VPMM_CAPTURE_NONE)
+        return VPMM_ERROR_STREAM_CAPTURING;
+    *out = s->handle;
+    return VPMM_SUCCESS;
+}
+
+int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s)
+{
+    vpmm_stream_t at;
+    return marker_stream(p, s, &at) == VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
+{
+    vpmm_stream_t at;
     vpmm_drv_event_t ev;
     vpmm_status_t st;
 
@@ -120,12 +187,9 @@ vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
         return VPMM_SUCCESS;
     if (s->recorded - s->completed == s->ring_cap)
         VPMM_CHECK(ring_grow(s));
-    VPMM_CHECK(
-        vpmm_i_drv_status(p, p->drv->capture_info(p->drv, s->handle, &cap, &capture_id, NULL)));
-    if (cap != VPMM_CAPTURE_NONE)
-        return VPMM_ERROR_STREAM_CAPTURING;
+    VPMM_CHECK(marker_stream(p, s, &at));
     VPMM_CHECK(vpmm_i_event_get(p, &ev));
-    st = vpmm_i_drv_status(p, p->drv->event_record(p->drv, ev, s->handle));
+    st = vpmm_i_drv_status(p, p->drv->event_record(p->drv, ev, at));
     if (st != VPMM_SUCCESS) {
         vpmm_i_event_put(p, ev);
         return st;
@@ -211,10 +275,15 @@ static vpmm_status_t stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
 void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
 {
     vpmm_strm_t **link;
+    /* Cached regions are on no pending list: back to the ordinary states first, or polling
+     * would never make them ready for other streams. */
+    vpmm_i_cache_flush_all(p);
     for (vpmm_strm_t *s = p->streams; s; s = s->next) {
         if (s == except)
             continue;
-        if (s->dirty_regions > 0)
+        /* Unmarked frees get their marker; not another thread's per-thread stream's, whose
+         * substitute would make every blocking stream wait (see "Identity"). */
+        if (s->dirty_regions > 0 && stream_here(s))
             (void)vpmm_i_stream_mark(p, s, s->recorded); /* capturing: stays unmarked */
         vpmm_i_stream_poll(p, s);
     }

@@ -136,9 +136,8 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
     vpmm_i_lock(pool);
     before = pool->c.mapped_bytes;
     vpmm_g_collect(pool);
-    vpmm_i_cache_flush_all(pool);
     vpmm_i_reclaim_zombies(pool);
-    vpmm_i_stream_poll_all(pool, NULL);
+    vpmm_i_stream_poll_all(pool, NULL); /* caches flushed first */
     st = retry_unreleased(pool);
     if (st == VPMM_SUCCESS)
         st = candidates(pool, &pool->shared, &cand, &n, &cap);

@@ -54,7 +54,7 @@ static vpmm_status_t arena_try_malloc(tpool_t *t, vpmm_arena_t *a, vpmm_stream_t
 {
     vpmm_status_t st;
     vpmm_i_lock(t->pool);
-    st = vpmm_i_arena_malloc(t->pool, a, s, size, out);
+    st = vpmm_i_arena_malloc(t->pool, a, vpmm_i_stream_key(t->pool, s), size, out);
     vpmm_i_unlock(t->pool);
     CHECK_POOL(t->pool);
     return st;
@@ -75,7 +75,7 @@ static vpmm_strm_t *strm(tpool_t *t, vpmm_stream_t s)
 {
     vpmm_strm_t *r;
     vpmm_i_lock(t->pool);
-    r = vpmm_i_stream_get(t->pool, s);
+    r = vpmm_i_stream_get(t->pool, vpmm_i_stream_key(t->pool, s));
     vpmm_i_unlock(t->pool);
     assert_non_null(r);
     return r;
@@ -926,7 +926,7 @@ static void test_dissolve_ends_capture_pending(void **state)
     tfree(t.pool, x);
     /* Make x a capture's free, as graph/ would (a capture into a is in progress). */
     vpmm_i_lock(t.pool);
-    vpmm_i_arena_capture_begun(a);
+    vpmm_i_arena_capture_begun(t.pool, a);
     r = vpmm_i_region_find(t.pool, (uintptr_t)x);
     vpmm_i_index_del(t.pool, r);
     r->seq = VPMM_SEQ_CAPTURE;
@@ -997,11 +997,12 @@ static void test_views_across_chunks(void **state)
         assert_int_equal(v.ready, r->state == VPMM_REGION_FREE && r->ready);
         if (r->state == VPMM_REGION_ALLOCATED) {
             assert_int_equal(v.requested, 40 * MiB);
-            assert_ptr_equal(v.stream, s);
+            assert_ptr_equal(v.stream.handle, s);
+            assert_int_equal(v.stream.owner, 0);
             allocs++;
         } else {
             assert_int_equal(v.requested, 0);
-            assert_null(v.stream);
+            assert_null(v.stream.handle);
         }
         if (r->addr == (uintptr_t)w) {
             assert_int_equal(v.state, VPMM_REGION_FREE);
@@ -1278,7 +1279,7 @@ static void test_stats_and_reset_peaks(void **state)
     vpmm_i_lock(t.pool);
     vpmm_i_arena_reset_peaks(a);
     vpmm_i_arena_set_pinned(a, 1);
-    vpmm_i_arena_capture_begun(a);
+    vpmm_i_arena_capture_begun(t.pool, a);
     vpmm_i_arena_stats(t.pool, a, &st);
     vpmm_i_unlock(t.pool);
     CHECK_POOL(t.pool);

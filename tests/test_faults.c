@@ -277,7 +277,7 @@ static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
     int injected;
 
     if (sc->kind == STEP_CREATE) {
-        vpmm_host_options_t ho = { 0, 0 };
+        vpmm_host_options_t ho = { .granularity = 0 };
         vpmm_driver_t *host, *fault;
         assert_int_equal(vpmm_host_open(&ho, &host), VPMM_DRV_OK);
         assert_int_equal(vpmm_fault_wrap(host, &fault), VPMM_DRV_OK);

@@ -27,8 +27,8 @@ static void open_fx(fixture_t *f, const tpool_params_t *prm)
 
 static void streams_of(fixture_t *f)
 {
-    f->sa = vpmm_i_stream_get(f->t.pool, f->a);
-    f->sb = vpmm_i_stream_get(f->t.pool, f->b);
+    f->sa = vpmm_i_stream_get(f->t.pool, vpmm_i_stream_key(f->t.pool, f->a));
+    f->sb = vpmm_i_stream_get(f->t.pool, vpmm_i_stream_key(f->t.pool, f->b));
 }
 
 static void test_fit_nowait_prefers_best_then_own(void **state)
@@ -65,7 +65,7 @@ static void test_fit_nowait_prefers_best_then_own(void **state)
 
 static void plan_for(fixture_t *f, vpmm_stream_t s, size_t size, vpmm_plan_t *plan)
 {
-    vpmm_strm_t *st = vpmm_i_stream_get(f->t.pool, s);
+    vpmm_strm_t *st = vpmm_i_stream_get(f->t.pool, vpmm_i_stream_key(f->t.pool, s));
     memset(plan, 0, sizeof *plan);
     assert_int_equal(vpmm_i_plan_make(f->t.pool, st, size, plan), VPMM_SUCCESS);
 }

@@ -25,10 +25,10 @@ static void test_lookup_and_cache(void **state)
     a = vpmm_host_stream_create(t.host);
     b = vpmm_host_stream_create(t.host);
     lock(&t);
-    sa = vpmm_i_stream_get(t.pool, a);
-    sb = vpmm_i_stream_get(t.pool, b);
+    sa = vpmm_i_stream_get(t.pool, vpmm_i_stream_key(t.pool, a));
+    sb = vpmm_i_stream_get(t.pool, vpmm_i_stream_key(t.pool, b));
     assert_ptr_not_equal(sa, sb);
-    assert_ptr_equal(vpmm_i_stream_get(t.pool, a), sa);
+    assert_ptr_equal(vpmm_i_stream_get(t.pool, vpmm_i_stream_key(t.pool, a)), sa);
     assert_ptr_equal(t.pool->last_stream, sa);
     assert_int_equal(t.pool->stream_count, 2);
     unlock(&t);
@@ -47,7 +47,7 @@ static void test_mark_is_lazy_and_idempotent(void **state)
     x = tmalloc(t.pool, MiB, a);
     tfree(t.pool, x);
     lock(&t);
-    s = vpmm_i_stream_get(t.pool, a);
+    s = vpmm_i_stream_get(t.pool, vpmm_i_stream_key(t.pool, a));
     assert_int_equal(s->recorded, 0);
     assert_int_equal(s->dirty_regions, 1);
     assert_int_equal(vpmm_i_stream_mark(t.pool, s, 0), VPMM_SUCCESS);
@@ -76,7 +76,7 @@ static void test_poll_promotes_in_order(void **state)
     vpmm_host_enqueue(t.host, a);
     tfree(t.pool, x); /* seq 0 */
     lock(&t);
-    s = vpmm_i_stream_get(t.pool, a);
+    s = vpmm_i_stream_get(t.pool, vpmm_i_stream_key(t.pool, a));
     assert_int_equal(vpmm_i_stream_mark(t.pool, s, 0), VPMM_SUCCESS);
     unlock(&t);
     vpmm_host_enqueue(t.host, a);
@@ -113,7 +113,7 @@ static void test_ring_grows_and_events_are_reused(void **state)
     tpool_open(&t, NULL);
     a = vpmm_host_stream_create(t.host);
     lock(&t);
-    s = vpmm_i_stream_get(t.pool, a);
+    s = vpmm_i_stream_get(t.pool, vpmm_i_stream_key(t.pool, a));
     for (uint64_t i = 0; i < 37; i++) {
         vpmm_host_enqueue(t.host, a);
         assert_int_equal(vpmm_i_stream_mark(t.pool, s, s->recorded), VPMM_SUCCESS);
@@ -144,7 +144,7 @@ static void test_no_marker_on_capturing_stream(void **state)
     a = vpmm_host_stream_create(t.host);
     assert_int_equal(vpmm_host_begin_capture(t.host, a, &id), VPMM_DRV_OK);
     lock(&t);
-    s = vpmm_i_stream_get(t.pool, a);
+    s = vpmm_i_stream_get(t.pool, vpmm_i_stream_key(t.pool, a));
     assert_int_equal(vpmm_i_stream_mark(t.pool, s, 0), VPMM_ERROR_STREAM_CAPTURING);
     assert_int_equal(s->recorded, 0);
     assert_int_equal(vpmm_fault_calls(t.fault, VPMM_DRV_EVENT_RECORD), 0);

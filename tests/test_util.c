@@ -37,7 +37,8 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
         cfg.cache_percent = params->cache_percent < 0 ? 0 : params->cache_percent;
     assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
     if (fault == NULL) {
-        vpmm_host_options_t ho = { params->granularity, params->memory_limit };
+        vpmm_host_options_t ho = { .granularity = params->granularity,
+                                   .memory_limit = params->memory_limit };
         vpmm_driver_t *host;
         assert_int_equal(vpmm_host_open(&ho, &host), VPMM_DRV_OK);
         assert_int_equal(vpmm_fault_wrap(host, &fault), VPMM_DRV_OK);

@@ -1393,7 +1393,7 @@ static void setup(fz_t *z)
     st = vpmm_i_options_resolve(&cfg, &opt);
     if (st != VPMM_SUCCESS)
         finding(z, "options: %s", vpmm_status_name(st));
-    ho = (vpmm_host_options_t){ gran[z->cfg & 3], z->memory_limit };
+    ho = (vpmm_host_options_t){ .granularity = gran[z->cfg & 3], .memory_limit = z->memory_limit };
     if (vpmm_host_open(&ho, &z->host) != VPMM_DRV_OK)
         finding(z, "vpmm_host_open failed");
     if (vpmm_fault_wrap(z->host, &z->fault) != VPMM_DRV_OK)
