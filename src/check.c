@@ -273,8 +273,13 @@ static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_
                          size_t *npending, size_t *ncached, checker_t *k)
 {
     size_t n = 0, bytes = 0, dirty = 0;
-    (void)p;
     *ncached += check_cache(t, k);
+    if ((t->owner != 0) != (t->handle == VPMM_STREAM_PER_THREAD))
+        fail(k, "I10: stream %p has owner %" PRIu64, (void *)t->handle, t->owner);
+    for (const vpmm_strm_t *u = p->streams; u && !t->retired; u = u->next)
+        if (u != t && u->handle == t->handle && u->owner == t->owner)
+            fail(k, "I10: two records for stream %p of thread %" PRIu64, (void *)t->handle,
+                 t->owner);
     if (t->completed > t->recorded)
         fail(k, "I8: stream %p completed %" PRIu64 " > recorded %" PRIu64, (void *)t->handle,
              t->completed, t->recorded);

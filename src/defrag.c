@@ -166,13 +166,31 @@ static size_t run_handles(const vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_ph
     return n;
 }
 
+/*
+ * Creates the plan's new pages into pages[]. If the device refuses and the plan asked for more
+ * than the request needs — a burst's extra pages, or handles of several pages — it tries once
+ * more with exactly the missing pages, one handle each, and shrinks the plan to match (the extra
+ * lies at the top of the span: plan_growth adds it only where no right neighbour is joined).
+ * pages[] has room for one handle per new page.
+ */
+static vpmm_status_t create_new(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_phys_t **pages,
+                                vpmm_precreated_t *pre)
+{
+    vpmm_status_t st = vpmm_i_pages_create_from(p, plan->nnew, plan->unit, pages, pre);
+    if (st != VPMM_ERROR_OUT_OF_MEMORY || (plan->nnew == plan->nneed && plan->unit == 1))
+        return st;
+    plan->npages -= plan->nnew - plan->nneed;
+    plan->nnew = plan->nneed;
+    plan->unit = 1;
+    return vpmm_i_pages_create_from(p, plan->nnew, 1, pages, pre);
+}
+
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
                             vpmm_precreated_t *pre, vpmm_region_t **out_span)
 {
     const size_t pg = p->page_size;
-    const size_t nnew = plan->nnew;
-    const size_t hnew = nnew ? vpmm_i_pages_handles(nnew, plan->unit) : 0;
-    const size_t n = hnew + run_handles(p, plan, NULL);
+    const size_t nruns = run_handles(p, plan, NULL);
+    size_t nnew = plan->nnew, hnew = 0, n;
     vpmm_phys_t **pages = NULL;
     wait_need_t *waits = NULL;
     vpmm_chunk_t *chunk = NULL;
@@ -185,7 +203,7 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     VPMM_CHECK(vpmm_i_region_reserve(p, 4 + 2 * plan->nruns));
     if (vpmm_hmap_reserve(&p->maps, plan->npages) != 0 || vpmm_hmap_reserve(&p->allocs, 1) != 0)
         goto host_oom;
-    pages = malloc((n ? n : 1) * sizeof *pages);
+    pages = malloc((nnew + nruns + 1) * sizeof *pages); /* create_new may need a handle a page */
     waits = malloc((plan->nruns ? plan->nruns : 1) * sizeof *waits);
     if (pages == NULL || waits == NULL)
         goto host_oom;
@@ -201,8 +219,12 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
         if (!src->ready && src->seq != VPMM_SEQ_CAPTURE)
             VPMM_CHECK_GOTO(st, vpmm_i_stream_mark(p, src->stream, src->seq), undo_chunk);
     }
-    if (nnew > 0)
-        VPMM_CHECK_GOTO(st, vpmm_i_pages_create_from(p, nnew, plan->unit, pages, pre), undo_chunk);
+    if (nnew > 0) {
+        VPMM_CHECK_GOTO(st, create_new(p, plan, pages, pre), undo_chunk);
+        nnew = plan->nnew;
+        hnew = vpmm_i_pages_handles(nnew, plan->unit);
+    }
+    n = hnew + nruns;
     run_handles(p, plan, pages + hnew);
     VPMM_CHECK_GOTO(st, vpmm_i_pages_map(p, plan->map_at, pages, n), undo_pages);
     nwaits = collect_waits(plan, s, waits);
@@ -271,6 +293,8 @@ undo_chunk:
     if (chunk != NULL)
         vpmm_i_chunk_remove(p, chunk);
 fail:
+    if (st == VPMM_ERROR_OUT_OF_MEMORY && !plan->arena->priv)
+        p->grow_streak = 0; /* the burst is over: the next growth asks for its own pages only */
     vpmm_i_nvtx_pop();
     free(pages);
     free(waits);

@@ -19,7 +19,7 @@ enum { CODE_INJECTED = 999 }; /* CUDA_ERROR_UNKNOWN: what an injected failure re
 typedef struct fault_arm {
     uint64_t countdown; /* 0 = disarmed; the call that decrements it to 0 fails */
     vpmm_dres_t result;
-    int sticky; /* keep failing once fired (vpmm_fault_fail_from) */
+    uint64_t runs; /* calls that fail once it fired (UINT64_MAX: until disarmed, fail_from) */
 } fault_arm_t;
 
 typedef struct fault_drv {
@@ -51,8 +51,8 @@ static int arm_tick(fault_arm_t *a, vpmm_dres_t *out_result)
         return 0;
     }
     *out_result = a->result;
-    if (!a->sticky)
-        a->countdown = 0; /* one-shot: disarm; sticky stays at 1 and fires on every call */
+    if (a->runs != UINT64_MAX && --a->runs == 0)
+        a->countdown = 0; /* the run is over: disarm; otherwise it stays at 1 and fires again */
     return 1;
 }
 
@@ -321,25 +321,31 @@ vpmm_dres_t vpmm_fault_wrap(vpmm_driver_t *inner, vpmm_driver_t **out)
     return VPMM_DRV_OK;
 }
 
-static void arm_entry(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, vpmm_dres_t result,
-                      int sticky)
+static void arm_entry(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, uint64_t runs,
+                      vpmm_dres_t result)
 {
     fault_drv_t *f = as_fault(w);
     if (!f || (unsigned)entry >= (unsigned)VPMM_DRV_ENTRY_COUNT)
         return;
     pthread_mutex_lock(&f->mutex);
-    f->arm[entry] = (fault_arm_t){ n, result, sticky && n != 0 };
+    f->arm[entry] = runs == 0 ? (fault_arm_t){ 0, result, 0 } : (fault_arm_t){ n, result, runs };
     pthread_mutex_unlock(&f->mutex);
 }
 
 void vpmm_fault_fail_nth(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, vpmm_dres_t result)
 {
-    arm_entry(w, entry, n, result, 0);
+    arm_entry(w, entry, n, 1, result);
+}
+
+void vpmm_fault_fail_run(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, uint64_t count,
+                         vpmm_dres_t result)
+{
+    arm_entry(w, entry, n, count, result);
 }
 
 void vpmm_fault_fail_from(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, vpmm_dres_t result)
 {
-    arm_entry(w, entry, n, result, 1);
+    arm_entry(w, entry, n, UINT64_MAX, result);
 }
 
 void vpmm_fault_fail_any_nth(vpmm_driver_t *w, uint64_t n, vpmm_dres_t result)
@@ -348,7 +354,7 @@ void vpmm_fault_fail_any_nth(vpmm_driver_t *w, uint64_t n, vpmm_dres_t result)
     if (!f)
         return;
     pthread_mutex_lock(&f->mutex);
-    f->any = (fault_arm_t){ n, result, 0 };
+    f->any = (fault_arm_t){ n, result, 1 };
     pthread_mutex_unlock(&f->mutex);
 }
 

@@ -34,6 +34,11 @@ vpmm_dres_t vpmm_fault_wrap(vpmm_driver_t *inner, vpmm_driver_t **out);
 /* The n-th call of entry from now (1-based) fails with result; n = 0 disarms that entry. */
 void vpmm_fault_fail_nth(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, vpmm_dres_t result);
 
+/* The n-th call of entry from now and the count - 1 calls after it fail with result (a run of
+ * count failures, then disarmed); count = 0 or n = 0 disarms. */
+void vpmm_fault_fail_run(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, uint64_t count,
+                         vpmm_dres_t result);
+
 /* Like vpmm_fault_fail_nth, but the n-th call and every later one fail until disarmed. */
 void vpmm_fault_fail_from(vpmm_driver_t *w, vpmm_drv_entry_t entry, uint64_t n, vpmm_dres_t result);
 

@@ -314,7 +314,17 @@ static vpmm_status_t cap_check(vpmm_pool_t *p, vpmm_plan_t *plan)
     return VPMM_ERROR_OUT_OF_MEMORY;
 }
 
-static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan)
+/* Pages the device can still create, as far as it knows (SIZE_MAX if it cannot say), plus the
+ * memory this malloc created already. */
+static size_t device_room(vpmm_pool_t *p, size_t ours)
+{
+    size_t dfree, dtotal;
+    if (p->drv->mem_get_info(p->drv, &dfree, &dtotal) != VPMM_DRV_OK)
+        return SIZE_MAX;
+    return (dfree + VPMM_MIN(ours, SIZE_MAX - dfree)) / p->page_size;
+}
+
+static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan, size_t ours)
 {
     const size_t pg = p->page_size;
     const size_t big = VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / pg);
@@ -329,7 +339,10 @@ static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan)
         size_t target = VPMM_MAX(p->c.mapped_bytes / pg / 4, plan->nnew);
         target = VPMM_MIN(target, VPMM_MAX(big, plan->nnew));
         target = VPMM_MIN(target, plan->nnew + (room - plan->npages));
-        target = VPMM_MAX(plan->nnew, VPMM_MIN(target, cap_room(p))); /* never past the cap */
+        /* Never past the cap, and never more than the device has left: a burst that fills the
+         * device (KV-cache blocks) must get its last pages too. */
+        target = VPMM_MIN(target, VPMM_MIN(cap_room(p), device_room(p, ours)));
+        target = VPMM_MAX(plan->nnew, target);
         plan->npages += target - plan->nnew;
         plan->nnew = target;
         plan->unit = VPMM_MIN(target, big);
@@ -348,7 +361,8 @@ static vpmm_status_t harvest_idle_private(vpmm_pool_t *p, vpmm_plan_t *plan, siz
     return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan)
+vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t ours,
+                               vpmm_plan_t *plan)
 {
     size_t need;
     vpmm_status_t st;
@@ -367,10 +381,10 @@ vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm
         vpmm_i_plan_fini(plan);
         return st;
     }
-    plan->nnew = need;
+    plan->nnew = plan->nneed = need;
     plan->req_pages = pages_for(size, p->page_size);
     VPMM_CHECK(cap_check(p, plan));
-    plan_growth(p, plan);
+    plan_growth(p, plan, ours);
     return VPMM_SUCCESS;
 }
 
@@ -398,7 +412,7 @@ vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_str
         vpmm_i_plan_fini(plan);
         return st;
     }
-    plan->nnew = need;
+    plan->nnew = plan->nneed = need;
     plan->req_pages = pages_for(size, p->page_size);
     VPMM_CHECK(cap_check(p, plan));
     plan->unit = plan->nnew * p->page_size >= GROWTH_BIG_BYTES

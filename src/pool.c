@@ -282,6 +282,14 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
 
 /* ---- malloc / free ------------------------------------------------------------------------- */
 
+static size_t precreated_bytes(const vpmm_precreated_t *pre)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < pre->n; i++)
+        bytes += pre->h[i]->size;
+    return bytes;
+}
+
 /*
  * Phases 0, 1b, 1c and 2. When phase 2 must create memory, the handles are created without the
  * pool lock (driver.h rule 7): other threads' mallocs and frees go on meanwhile. Then everything
@@ -321,15 +329,17 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
         return VPMM_SUCCESS;
     }
     memset(&plan, 0, sizeof plan);
-    VPMM_CHECK(vpmm_i_plan_make(p, s, rsize, &plan));
+    VPMM_CHECK(vpmm_i_plan_make(p, s, rsize, precreated_bytes(pre), &plan));
     if (plan.nnew > 0 && !pre->tried) {
         const size_t nnew = plan.nnew, unit = plan.unit;
         vpmm_i_plan_fini(&plan);
         pre->tried = 1;
+        s->held++; /* not reclaimed meanwhile (stream.c) */
         vpmm_i_unlock(p);
         /* A failure here is not reported: creating under the lock below says what fails. */
         (void)vpmm_i_precreate(p->drv, p->page_size, nnew, unit, pre);
         vpmm_i_lock(p);
+        s->held--;
         /* Other threads may have used the nodes and table room reserved before. */
         if (vpmm_i_region_reserve(p, 4) != VPMM_SUCCESS || vpmm_hmap_reserve(&p->allocs, 1) != 0) {
             vpmm_i_set_error("vpmm_malloc: out of host memory for bookkeeping");

@@ -51,6 +51,8 @@
  *      in progress; a stream is `dirty` iff some pending region has seq == recorded.
  *  I9  Arenas: every chunk belongs to the shared arena or a listed private arena; a private
  *      arena's counters equal the sums over its chunks; cached regions are shared only.
+ *  I10 Streams: a record's owner is nonzero iff its handle is VPMM_STREAM_PER_THREAD, and no two
+ *      live records have the same (handle, owner) key (internal.h).
  */
 #ifndef VPMM_POOL_H
 #define VPMM_POOL_H
@@ -126,6 +128,7 @@ struct vpmm_strm {
     uint64_t recorded, completed;
     size_t dirty_regions; /* pending regions with seq == recorded (need a marker not yet taken) */
     size_t refs;          /* regions pointing here (ALLOCATED, pending FREE, ZOMBIE) */
+    unsigned held;        /* calls that dropped the pool lock while using this record */
     int retired;          /* vpmm_stream_release was called: no new markers, freed once refs==0 */
     vpmm_strm_t *next;
 };
@@ -444,6 +447,7 @@ typedef struct vpmm_plan {
     uintptr_t map_at;     /* first page address to map at (valid once the hole is known) */
     size_t npages;        /* pages mapped into the hole */
     size_t nnew;          /* of which created fresh (more than needed in an allocation burst) */
+    size_t nneed;         /* of those, what the request itself needs (the rest: burst extra) */
     size_t unit;          /* pages per new handle (the last one may be smaller) */
     size_t req_pages;     /* pages the request spans (its size, rounded up to whole pages) */
     vpmm_harvest_t *runs; /* the rest, moved from free regions (npages - nnew pages in all) */
@@ -452,8 +456,11 @@ typedef struct vpmm_plan {
 
 void vpmm_i_plan_fini(vpmm_plan_t *plan);
 /* Chooses the span (fewest pages to map) and the harvest (caller's stream, then ready memory,
- * then idle private arenas' ready memory, then other streams oldest first). */
-vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan);
+ * then idle private arenas' ready memory, then other streams oldest first). `ours` is device
+ * memory this malloc already created (vpmm_precreated_t), which the device no longer counts free
+ * but the plan may use. */
+vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t ours,
+                               vpmm_plan_t *plan);
 /* The same for private arena a, whose pages never move: a span among its holes and ready
  * regions; pages only from the shared arena's ready memory (no wait, no marker) or fresh. */
 vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size,
@@ -466,7 +473,10 @@ void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole
 /* Phase 0: unmaps zombies whose marker completed; their VA becomes holes. */
 void vpmm_i_reclaim_zombies(vpmm_pool_t *p);
 /* Phase 2: executes a plan, transactionally; *out_span is a FREE region of s with >= size bytes.
- * New handles come from pre first (may be NULL). */
+ * New handles come from pre first (may be NULL). When the device refuses the new pages and the
+ * plan asked for more than the request needs (a burst's extra, or handles larger than a page),
+ * it tries once more with just the needed pages, one handle each (the plan shrinks to that). A
+ * refused growth ends the shared arena's allocation burst. */
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
                             vpmm_precreated_t *pre, vpmm_region_t **out_span);
 

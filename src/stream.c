@@ -272,12 +272,34 @@ static vpmm_status_t stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
     return first;
 }
 
+/* Another thread's per-thread stream record that holds nothing: no region names it, no marker
+ * is in flight, no call holds it across an unlock. Freed, it costs nothing: its thread gets a
+ * new one on its next call (threads come and go; their records must not pile up). */
+static int stream_idle_foreign(const vpmm_strm_t *s)
+{
+    return s->owner != 0 && !stream_here(s) && s->refs == 0 && s->held == 0 &&
+           s->completed == s->recorded && s->cache.count == 0;
+}
+
 void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
 {
     vpmm_strm_t **link;
     /* Cached regions are on no pending list: back to the ordinary states first, or polling
      * would never make them ready for other streams. */
     vpmm_i_cache_flush_all(p);
+    link = &p->streams;
+    while (*link) {
+        vpmm_strm_t *s = *link;
+        if (s != except && stream_idle_foreign(s)) {
+            *link = s->next;
+            p->stream_count--;
+            if (p->last_stream == s)
+                p->last_stream = NULL;
+            stream_free(p, s); /* nothing in flight: cannot fail */
+            continue;
+        }
+        link = &s->next;
+    }
     for (vpmm_strm_t *s = p->streams; s; s = s->next) {
         if (s == except)
             continue;

@@ -295,6 +295,81 @@ static void test_free_ends_burst(void **state)
     tpool_close(&t);
 }
 
+/*
+ * A burst that fills the device gets every page the device has: 32 blocks of 2 MiB on a 64 MiB
+ * device. (A speculative handle sized from what is mapped, ignoring what the device has left,
+ * failed at block 28 with 10 MiB free, and the burst went on failing every later block.)
+ */
+static void test_burst_fills_the_device(void **state)
+{
+    tpool_t t;
+    void *p[33];
+    int n = 0;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .memory_limit = 64 * MiB });
+    while (n < 33 && vpmm_malloc(t.pool, 2 * MiB, NULL, &p[n]) == VPMM_SUCCESS) {
+        CHECK_POOL(t.pool);
+        n++;
+    }
+    CHECK_POOL(t.pool);
+    assert_int_equal(n, 32);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 64 * MiB);
+    assert_int_equal(tstats(t.pool).ooms, 1);
+    /* The failure ended the burst; what is freed is allocated again, at once. */
+    tfree(t.pool, p[5]);
+    p[5] = tmalloc(t.pool, 2 * MiB, NULL);
+    assert_driver_matches_pool(&t);
+    for (int i = 0; i < n; i++)
+        tfree(t.pool, p[i]);
+    tpool_close(&t);
+}
+
+/*
+ * When the device refuses a burst's speculative handle, the growth is tried once more with just
+ * the pages the request needs, one handle each; a burst whose growth failed altogether is over:
+ * the next growth asks for its own pages only.
+ */
+static void test_refused_burst_retries_needed_pages(void **state)
+{
+    tpool_t t;
+    void *p[24];
+    vpmm_stats_t s0, s1;
+    (void)state;
+    tpool_open(&t, NULL);
+    for (int i = 0; i < 12; i++) /* past GROWTH_STREAK: the next growth speculates */
+        p[i] = tmalloc(t.pool, 2 * MiB, NULL);
+    s0 = tstats(t.pool);
+    /* The big handle is refused twice: created ahead without the lock, then under it. */
+    vpmm_fault_fail_run(t.fault, VPMM_DRV_MEM_CREATE, 1, 2, VPMM_DRV_OUT_OF_MEMORY);
+    p[12] = tmalloc(t.pool, 2 * MiB, NULL); /* then one page is created */
+    s1 = tstats(t.pool);
+    assert_int_equal(s1.pages_created, s0.pages_created + 1);
+    assert_int_equal(s1.handles_created, s0.handles_created + 1);
+    assert_int_equal(s1.ooms, 0);
+    assert_driver_matches_pool(&t);
+
+    /* Both tries refused: out of memory, nothing changed, and the burst is over. */
+    vpmm_fault_fail_from(t.fault, VPMM_DRV_MEM_CREATE, 1, VPMM_DRV_OUT_OF_MEMORY);
+    {
+        tsnap_t before = tsnap(t.pool);
+        tsnap_t after;
+        assert_int_equal(vpmm_malloc(t.pool, 2 * MiB, NULL, &p[13]), VPMM_ERROR_OUT_OF_MEMORY);
+        after = tsnap(t.pool);
+        assert_int_equal(after.layout_hash, before.layout_hash);
+        assert_int_equal(after.stats.mapped_bytes, before.stats.mapped_bytes);
+    }
+    vpmm_fault_clear(t.fault);
+    CHECK_POOL(t.pool);
+    s0 = tstats(t.pool);
+    p[13] = tmalloc(t.pool, 2 * MiB, NULL);
+    s1 = tstats(t.pool);
+    assert_int_equal(s1.pages_created, s0.pages_created + 1); /* no speculation */
+    assert_driver_matches_pool(&t);
+    for (int i = 0; i < 14; i++)
+        tfree(t.pool, p[i]);
+    tpool_close(&t);
+}
+
 /* Defragmentation moves only whole handles: a 1 GiB handle partly in use stays where it is. */
 static void test_harvest_whole_handles_only(void **state)
 {
@@ -326,6 +401,8 @@ int main(void)
         cmocka_unit_test(test_big_request_big_handles),
         cmocka_unit_test(test_burst_grows_geometrically),
         cmocka_unit_test(test_free_ends_burst),
+        cmocka_unit_test(test_burst_fills_the_device),
+        cmocka_unit_test(test_refused_burst_retries_needed_pages),
         cmocka_unit_test(test_harvest_whole_handles_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -583,6 +583,80 @@ static void test_invalidated_capture(void **state)
     tpool_close(&t);
 }
 
+/* ---- out of memory during a capture --------------------------------------------------------- */
+
+/*
+ * The cap refusing a capture's growth is an out-of-memory like any other: vpmm_last_error says
+ * so (not an older, unrelated failure), stats.ooms counts it, the report names the cap.
+ */
+static void test_capture_oom_under_cap_is_reported(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_stream_t s;
+    vpmm_graph_t g;
+    char report[1536];
+    void *p = (void *)1;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .max_bytes = 4 * MiB });
+    s = vpmm_host_stream_create(t.host);
+    gp = tgp(&t);
+    /* An earlier, unrelated failure that must not stand as the explanation. */
+    assert_int_equal(vpmm_free(t.pool, (void *)0x1000), VPMM_ERROR_FOREIGN_POINTER);
+    begin(&t, gp, s);
+    assert_int_equal(vpmm_malloc(t.pool, 8 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_null(p);
+    CHECK_POOL(t.pool);
+    assert_non_null(strstr(vpmm_last_error(), "out of memory"));
+    assert_non_null(strstr(vpmm_last_error(), "VPMM_MAX_BYTES"));
+    assert_int_equal(tstats(t.pool).ooms, 1);
+    assert_int_equal(vpmm_pool_oom_report(t.pool, report, sizeof report), VPMM_SUCCESS);
+    assert_non_null(strstr(report, "cap"));
+    assert_non_null(strstr(report, "g1")); /* the graph pool is listed */
+    /* The capture goes on: what fits under the cap still comes. */
+    p = tmalloc(t.pool, 2 * MiB, s);
+    tfree(t.pool, p);
+    g = end(&t, s);
+    graph_destroy(&t, g);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/*
+ * Under the cap, a capture may use free pages another stream holds in its exact-size cache, once
+ * that stream's work is done: capture begin flushes the caches before it polls (as every slow
+ * path does), so they are as usable as with the caches off.
+ */
+static void test_capture_uses_cached_pages_under_cap(void **state)
+{
+    for (int cache = 0; cache < 2; cache++) {
+        tpool_t t;
+        vpmm_graph_pool_t *gp;
+        vpmm_stream_t s, o;
+        vpmm_graph_t g;
+        void *x, *y;
+        (void)state;
+        tpool_open(&t, &(tpool_params_t){ .max_bytes = 4 * MiB, .cache_percent = cache ? 100 : -1 });
+        s = vpmm_host_stream_create(t.host);
+        o = vpmm_host_stream_create(t.host);
+        x = tmalloc(t.pool, 4 * MiB, o);
+        vpmm_host_enqueue(t.host, o);
+        tfree(t.pool, x);
+        assert_int_equal(t.pool->cached_bytes, cache ? 4 * MiB : 0);
+        vpmm_host_complete(t.host, o);
+        gp = tgp(&t);
+        begin(&t, gp, s);
+        y = tmalloc(t.pool, 4 * MiB, s); /* o's pages, whose work is done: no new memory */
+        assert_int_equal(tstats(t.pool).mapped_bytes, 4 * MiB);
+        assert_int_equal(gstats(gp).pages_taken, 2);
+        g = end(&t, s);
+        tfree(t.pool, y);
+        graph_destroy(&t, g);
+        assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+        tpool_close(&t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -599,6 +673,8 @@ int main(void)
         cmocka_unit_test(test_destroy_with_live_graph_refused),
         cmocka_unit_test(test_private_free_after_capture_is_stream_ordered),
         cmocka_unit_test(test_invalidated_capture),
+        cmocka_unit_test(test_capture_oom_under_cap_is_reported),
+        cmocka_unit_test(test_capture_uses_cached_pages_under_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

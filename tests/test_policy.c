@@ -67,7 +67,7 @@ static void plan_for(fixture_t *f, vpmm_stream_t s, size_t size, vpmm_plan_t *pl
 {
     vpmm_strm_t *st = vpmm_i_stream_get(f->t.pool, vpmm_i_stream_key(f->t.pool, s));
     memset(plan, 0, sizeof *plan);
-    assert_int_equal(vpmm_i_plan_make(f->t.pool, st, size, plan), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_plan_make(f->t.pool, st, size, 0, plan), VPMM_SUCCESS);
 }
 
 /* [F free on a][hole ...): grow F upwards. */
