@@ -82,6 +82,11 @@ void vpmm_i_arena_dissolve(vpmm_pool_t *p, vpmm_arena_t *a)
     p->private_count--;
     free(a->side);
     free(a);
+    /* Its chunks that hold nothing go back now, not at the next vpmm_trim; so do those that held
+     * only zombies of pages a later graph pool took (known complete: no event query, which a
+     * capture would forbid). A server that captures and destroys graphs forever keeps two. */
+    vpmm_i_reclaim_zombies(p, 0);
+    vpmm_i_chunk_trim(p);
 }
 
 unsigned vpmm_i_arena_id(const vpmm_arena_t *a)
@@ -198,13 +203,23 @@ vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_k
     if (r == NULL) {
         vpmm_plan_t plan;
         memset(&plan, 0, sizeof plan);
+        p->oom_cause = VPMM_OOM_DEVICE; /* unless the cap or the address space says otherwise */
         /* Growth may take the shared pool's ready pages: cached ones whose work is known done
          * must count among them (no event is queried here: a capture forbids it). */
         vpmm_i_cache_flush_all(p);
-        st = vpmm_i_plan_make_private(p, a, s, rsize, &plan);
+        st = vpmm_i_plan_make_private(p, a, s, rsize, 0, &plan);
         if (st == VPMM_SUCCESS)
             st = vpmm_i_defrag(p, s, &plan, NULL, &r); /* a capture: one thread, nothing spare */
         vpmm_i_plan_fini(&plan);
+        if (st == VPMM_ERROR_OUT_OF_MEMORY && plan.nneed > 0) {
+            /* The device refused: the placement that creates the fewest pages may fit. */
+            const size_t refused = plan.nneed;
+            memset(&plan, 0, sizeof plan);
+            if (vpmm_i_plan_make_private(p, a, s, rsize, 1, &plan) == VPMM_SUCCESS &&
+                plan.nneed < refused)
+                st = vpmm_i_defrag(p, s, &plan, NULL, &r);
+            vpmm_i_plan_fini(&plan);
+        }
         if (st != VPMM_SUCCESS) {
             a->c.ooms += st == VPMM_ERROR_OUT_OF_MEMORY; /* vpmm_malloc counts and reports it */
             return st;

@@ -39,8 +39,9 @@ static void zombie_to_hole(vpmm_pool_t *p, vpmm_region_t *z, size_t done)
     vpmm_i_region_coalesce(p, z);
 }
 
-/* Unmaps the zombies whose marker completed; stops at the first driver failure. */
-static void reclaim(vpmm_pool_t *p)
+/* Unmaps the zombies whose marker completed (polling their streams when `poll`, else only those
+ * known complete); stops at the first driver failure. */
+static void reclaim(vpmm_pool_t *p, int poll)
 {
     const size_t pg = p->page_size;
     vpmm_region_t *z = p->zombie_head;
@@ -53,6 +54,10 @@ static void reclaim(vpmm_pool_t *p)
             continue;
         }
         if (z->stream && !vpmm_i_stream_done(z->stream, z->seq)) {
+            if (!poll) {
+                z = next;
+                continue;
+            }
             vpmm_i_stream_poll(p, z->stream);
             if (!vpmm_i_stream_done(z->stream, z->seq)) {
                 z = next;
@@ -80,12 +85,15 @@ static void reclaim(vpmm_pool_t *p)
     }
 }
 
-void vpmm_i_reclaim_zombies(vpmm_pool_t *p)
+void vpmm_i_reclaim_zombies(vpmm_pool_t *p, int poll)
 {
+    const size_t before = p->c.zombie_bytes;
     if (p->zombie_head == NULL)
         return;
     vpmm_i_nvtx_push(VPMM_NVTX_RECLAIM, p->c.zombie_bytes);
-    reclaim(p);
+    reclaim(p, poll);
+    if (p->c.zombie_bytes < before)
+        vpmm_i_chunk_trim(p); /* a chunk whose last zombie went may be empty now */
     vpmm_i_nvtx_pop();
 }
 

@@ -84,7 +84,8 @@ vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p);
 /* A new, empty private arena with the given id (it reserves VA on its first growth). */
 vpmm_status_t vpmm_i_arena_create(vpmm_pool_t *p, unsigned id, vpmm_arena_t **out);
 /* Gives every chunk of a to the shared arena (allocations stay live, free pages become the
- * shared pool's, a pending capture's frees become ready) and frees a. No driver call. */
+ * shared pool's, a pending capture's frees become ready) and frees a; chunks left empty are given
+ * back to the driver (va.c, vpmm_i_chunk_trim). */
 void vpmm_i_arena_dissolve(vpmm_pool_t *p, vpmm_arena_t *a);
 unsigned vpmm_i_arena_id(const vpmm_arena_t *a);
 /* Pinned: a live graph may use a's addresses, so the shared pool never takes its pages. */

@@ -23,6 +23,7 @@
  * being captured: vpmm_i_stream_markable). Called under the pool lock.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pool.h"
 
@@ -96,18 +97,60 @@ static int usable(const vpmm_region_t *r, const vpmm_strm_t *s)
     return r->ready || (r->stream == s && !vpmm_i_arena_of(r)->priv);
 }
 
-/* A candidate span: k pages into hole h, extending left/right; smaller (k, hole size, addr) wins.
- */
-static void consider(vpmm_plan_t *best, size_t k, vpmm_region_t *h, vpmm_region_t *left,
-                     vpmm_region_t *right, uintptr_t map_at)
+/* Pages of whole handles lying inside free region r: what a harvest could take from it. */
+static size_t whole_pages(const vpmm_pool_t *p, const vpmm_region_t *r)
 {
-    if (best->hole != NULL) {
-        if (k > best->npages)
-            return;
-        if (k == best->npages &&
-            (h->size > best->hole->size || (h->size == best->hole->size && map_at >= best->map_at)))
-            return;
+    const size_t pg = p->page_size;
+    const uintptr_t hi = vpmm_align_down(r->addr + r->size, pg);
+    uintptr_t at = vpmm_align_up(r->addr, pg);
+    size_t n = 0;
+    while (at < hi) {
+        const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+        if (ph->va >= at && ph->va + ph->size <= hi)
+            n += ph->size / pg;
+        at = ph->va + ph->size > at ? ph->va + ph->size : at + pg;
     }
+    return n;
+}
+
+/*
+ * The span search. By default the candidate that maps the fewest pages wins (each page mapped is a
+ * remap or a creation, ~40 us on an H100). With `supply` set (SIZE_MAX: not set) it is the one
+ * that creates the fewest: the pages it maps beyond what the harvest can give, which is `supply`
+ * whole free pages less those of the neighbours it absorbs (they are part of the span, not moved).
+ * That is the second try when the cap or the device refuses the first plan's new pages: joining
+ * a neighbour saves remaps but may need new memory where moving it would not.
+ */
+typedef struct span_search {
+    vpmm_plan_t *best;
+    size_t supply;    /* SIZE_MAX: fewest pages mapped; else fewest created */
+    size_t best_new;  /* pages the best candidate creates (fewest-created search) */
+} span_search_t;
+
+/* A candidate span: k pages into hole h, extending left/right; smaller (created if asked, k, hole
+ * size, addr) wins. */
+static void consider(const vpmm_pool_t *p, span_search_t *q, size_t k, vpmm_region_t *h,
+                     vpmm_region_t *left, vpmm_region_t *right, uintptr_t map_at)
+{
+    vpmm_plan_t *best = q->best;
+    size_t created = 0;
+    if (q->supply != SIZE_MAX) {
+        size_t absorbed = (left ? whole_pages(p, left) : 0) + (right ? whole_pages(p, right) : 0);
+        size_t avail = q->supply - VPMM_MIN(q->supply, absorbed);
+        created = k > avail ? k - avail : 0;
+    }
+    if (best->hole != NULL) {
+        if (created != q->best_new) {
+            if (created > q->best_new)
+                return;
+        } else if (k > best->npages) {
+            return;
+        } else if (k == best->npages && (h->size > best->hole->size ||
+                                         (h->size == best->hole->size && map_at >= best->map_at))) {
+            return;
+        }
+    }
+    q->best_new = created;
     best->hole = h;
     best->left = left;
     best->right = right;
@@ -115,9 +158,11 @@ static void consider(vpmm_plan_t *best, size_t k, vpmm_region_t *h, vpmm_region_
     best->map_at = map_at;
 }
 
-static void choose_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t *plan)
+static void choose_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t supply,
+                        vpmm_plan_t *plan)
 {
     const size_t pg = p->page_size;
+    span_search_t q = { plan, supply, 0 };
     for (vpmm_rb_node_t *n = vpmm_rb_first(&plan->arena->holes); n; n = vpmm_rb_next(n)) {
         vpmm_region_t *h = region_of(n);
         vpmm_region_t *f = usable(h->prev, s) ? h->prev : NULL;
@@ -126,16 +171,16 @@ static void choose_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, vpmm_plan_t
 
         k = pages_for(size, pg);
         if (k <= hp)
-            consider(plan, k, h, NULL, NULL, h->addr);
+            consider(p, &q, k, h, NULL, NULL, h->addr);
         /* Grow a usable free region upwards into the hole:  [f][new pages|  hole rest ] */
         if (f && (k = pages_for(size - f->size, pg)) <= hp)
-            consider(plan, k, h, f, NULL, h->addr);
+            consider(p, &q, k, h, f, NULL, h->addr);
         /* ... or downwards from the hole's top:              [ hole rest |new pages][g] */
         if (g && (k = pages_for(size - g->size, pg)) <= hp)
-            consider(plan, k, h, NULL, g, h->addr + (hp - k) * pg);
+            consider(p, &q, k, h, NULL, g, h->addr + (hp - k) * pg);
         /* ... or fill the hole and join both:                [f][  all new pages   ][g] */
         if (f && g && f->size + h->size + g->size >= size)
-            consider(plan, hp, h, f, g, h->addr);
+            consider(p, &q, hp, h, f, g, h->addr);
     }
     if (plan->hole == NULL)
         plan->npages = pages_for(size, pg); /* a fresh chunk will be reserved */
@@ -309,7 +354,7 @@ static vpmm_status_t cap_check(vpmm_pool_t *p, vpmm_plan_t *plan)
 {
     if (plan->nnew <= cap_room(p))
         return VPMM_SUCCESS;
-    p->oom_cap = 1; /* for the report: the cap, not the device, said no */
+    p->oom_cause = VPMM_OOM_CAP; /* for the report: the cap, not the device, said no */
     vpmm_i_plan_fini(plan);
     return VPMM_ERROR_OUT_OF_MEMORY;
 }
@@ -361,60 +406,104 @@ static vpmm_status_t harvest_idle_private(vpmm_pool_t *p, vpmm_plan_t *plan, siz
     return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t ours,
+/*
+ * The harvest, in order of preference. Shared: the caller's stream first (no wait), then ready
+ * memory (no wait), then idle graph pools' ready memory, then other streams oldest first (a
+ * GPU-side wait). Private (a graph pool's growth, during a capture): the arena's own free pages —
+ * the capturing stream's frees of this capture (stream order makes them its to reuse), then
+ * ready ones; mapped again at the span, they stay mapped where they were too (a zombie kept while
+ * the arena is pinned), so graphs that used the old addresses still find them; graphs sharing a
+ * pool run one after another, as with any reuse — then ready shared memory, known complete: it
+ * moves without a marker, a wait or a query, which a capture forbids.
+ */
+static vpmm_status_t harvest(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, size_t *need)
+{
+    vpmm_arena_t *a = plan->arena;
+    vpmm_status_t st;
+    if (a->priv) {
+        st = harvest_capture_pending(p, plan, vpmm_i_side_find(a, s), need);
+        if (st == VPMM_SUCCESS && *need)
+            st = harvest_tree(p, plan, &a->ready, need);
+        if (st == VPMM_SUCCESS && *need)
+            st = harvest_tree(p, plan, &p->shared.ready, need);
+        return st;
+    }
+    st = harvest_tree(p, plan, &s->free_tree, need);
+    if (st == VPMM_SUCCESS && *need)
+        st = harvest_tree(p, plan, &p->shared.ready, need);
+    if (st == VPMM_SUCCESS && *need)
+        st = harvest_idle_private(p, plan, need);
+    if (st == VPMM_SUCCESS && *need)
+        st = harvest_others(p, s, plan, need);
+    return st;
+}
+
+/* Whole free pages the harvest could give to a span that absorbs no neighbour. */
+static vpmm_status_t harvest_supply(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_arena_t *a, size_t *out)
+{
+    vpmm_plan_t scratch;
+    size_t need = SIZE_MAX;
+    vpmm_status_t st;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.arena = a;
+    st = harvest(p, s, &scratch, &need);
+    vpmm_i_plan_fini(&scratch);
+    *out = SIZE_MAX - need;
+    return st;
+}
+
+/* A span (choose_span with `supply`) and its harvest; nnew is what is left to create. */
+static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t supply,
                                vpmm_plan_t *plan)
 {
+    vpmm_arena_t *a = plan->arena;
     size_t need;
     vpmm_status_t st;
-
-    plan->arena = &p->shared;
-    choose_span(p, s, size, plan);
+    vpmm_i_plan_fini(plan);
+    memset(plan, 0, sizeof *plan);
+    plan->arena = a;
+    choose_span(p, s, size, supply, plan);
     need = plan->npages;
-    st = harvest_tree(p, plan, &s->free_tree, &need);
-    if (st == VPMM_SUCCESS && need)
-        st = harvest_tree(p, plan, &p->shared.ready, &need);
-    if (st == VPMM_SUCCESS && need)
-        st = harvest_idle_private(p, plan, &need);
-    if (st == VPMM_SUCCESS && need)
-        st = harvest_others(p, s, plan, &need);
+    st = harvest(p, s, plan, &need);
     if (st != VPMM_SUCCESS) {
         vpmm_i_plan_fini(plan);
         return st;
     }
     plan->nnew = plan->nneed = need;
     plan->req_pages = pages_for(size, p->page_size);
-    VPMM_CHECK(cap_check(p, plan));
+    return VPMM_SUCCESS;
+}
+
+/* The plan, under the cap: the fewest pages mapped, unless that creates more than the cap allows
+ * (or fewest_new asks for it): then the fewest pages created. */
+static vpmm_status_t plan_within_cap(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, int fewest_new,
+                                     vpmm_plan_t *plan)
+{
+    size_t supply;
+    if (!fewest_new) {
+        VPMM_CHECK(plan_span(p, s, size, SIZE_MAX, plan));
+        if (plan->nnew <= cap_room(p))
+            return VPMM_SUCCESS;
+    }
+    VPMM_CHECK(harvest_supply(p, s, plan->arena, &supply));
+    VPMM_CHECK(plan_span(p, s, size, supply, plan));
+    return cap_check(p, plan);
+}
+
+vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t ours,
+                               int fewest_new, vpmm_plan_t *plan)
+{
+    plan->arena = &p->shared;
+    VPMM_CHECK(plan_within_cap(p, s, size, fewest_new, plan));
     plan_growth(p, plan, ours);
     return VPMM_SUCCESS;
 }
 
 vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size,
-                                       vpmm_plan_t *plan)
+                                       int fewest_new, vpmm_plan_t *plan)
 {
-    size_t need;
-    vpmm_status_t st;
-
     plan->arena = a;
-    choose_span(p, s, size, plan);
-    need = plan->npages;
-    /* First the arena's own free pages: the capturing stream's own frees of this capture (stream
-     * order makes them its to reuse), then ready ones. Mapped again at the span, they stay mapped
-     * where they were too (a zombie kept while the arena is pinned), so graphs that used the old
-     * addresses still find them; graphs sharing a pool run one after another, as with any reuse.
-     * Then ready shared memory, known complete: it moves without a marker, a wait or a query,
-     * which a capture forbids. */
-    st = harvest_capture_pending(p, plan, vpmm_i_side_find(a, s), &need);
-    if (st == VPMM_SUCCESS && need)
-        st = harvest_tree(p, plan, &a->ready, &need);
-    if (st == VPMM_SUCCESS && need)
-        st = harvest_tree(p, plan, &p->shared.ready, &need);
-    if (st != VPMM_SUCCESS) {
-        vpmm_i_plan_fini(plan);
-        return st;
-    }
-    plan->nnew = plan->nneed = need;
-    plan->req_pages = pages_for(size, p->page_size);
-    VPMM_CHECK(cap_check(p, plan));
+    VPMM_CHECK(plan_within_cap(p, s, size, fewest_new, plan));
     plan->unit = plan->nnew * p->page_size >= GROWTH_BIG_BYTES
                      ? VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / p->page_size)
                      : 1;

@@ -303,6 +303,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     vpmm_region_t *r;
     vpmm_status_t st;
 
+    p->oom_cause = VPMM_OOM_DEVICE; /* unless the cap or the address space says otherwise */
     /* Graph pools whose graphs are all gone give their pages back first. */
     vpmm_g_collect(p);
     /* Everything below must see fully coalesced memory: no region stays cached. */
@@ -312,7 +313,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
         *out = r;
         return VPMM_SUCCESS;
     }
-    vpmm_i_reclaim_zombies(p);
+    vpmm_i_reclaim_zombies(p, 1);
     vpmm_i_stream_poll_all(p, s);
     r = vpmm_i_fit_nowait(p, s, rsize);
     if (r != NULL) {
@@ -329,7 +330,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
         return VPMM_SUCCESS;
     }
     memset(&plan, 0, sizeof plan);
-    VPMM_CHECK(vpmm_i_plan_make(p, s, rsize, precreated_bytes(pre), &plan));
+    VPMM_CHECK(vpmm_i_plan_make(p, s, rsize, precreated_bytes(pre), 0, &plan));
     if (plan.nnew > 0 && !pre->tried) {
         const size_t nnew = plan.nnew, unit = plan.unit;
         vpmm_i_plan_fini(&plan);
@@ -349,6 +350,16 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     }
     st = vpmm_i_defrag(p, s, &plan, pre, out);
     vpmm_i_plan_fini(&plan);
+    if (st == VPMM_ERROR_OUT_OF_MEMORY && plan.nneed > 0) {
+        /* The device refused the new pages: the placement that creates the fewest may need
+         * fewer (policy.c, choose_span). */
+        const size_t refused = plan.nneed;
+        memset(&plan, 0, sizeof plan);
+        if (vpmm_i_plan_make(p, s, rsize, precreated_bytes(pre), 1, &plan) == VPMM_SUCCESS &&
+            plan.nneed < refused)
+            st = vpmm_i_defrag(p, s, &plan, pre, out);
+        vpmm_i_plan_fini(&plan);
+    }
     return st;
 }
 

@@ -70,6 +70,13 @@
 #include "util.h"
 #include "vpmm.h"
 
+/* What said no to a malloc that ran out of memory (the report says it). */
+typedef enum vpmm_oom_cause {
+    VPMM_OOM_DEVICE = 0, /* the device had no room (the default) */
+    VPMM_OOM_CAP,        /* opt.max_bytes */
+    VPMM_OOM_VA,         /* no address space for a new VA chunk */
+} vpmm_oom_cause_t;
+
 typedef struct vpmm_chunk vpmm_chunk_t;
 typedef struct vpmm_region vpmm_region_t;
 typedef struct vpmm_strm vpmm_strm_t;
@@ -221,7 +228,7 @@ struct vpmm_pool {
     size_t grow_req;          /* pages of the request behind the last growth */
     uint64_t grow_frees_mark; /* c.frees at the last growth */
     size_t cache_limit;       /* cached_bytes may not exceed it: opt.cache_percent of mapped */
-    int oom_cap;              /* the last out-of-memory came from opt.max_bytes (report.c) */
+    vpmm_oom_cause_t oom_cause; /* what refused the malloc being reported (report.c) */
     char oom_report[1536];    /* the last out-of-memory report (report.c) */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
@@ -417,8 +424,10 @@ vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes
 /* Gives back one chunk that is a single whole HOLE; if the driver refuses, the chunk stays (empty,
  * accounted, reusable) and the failure is recorded. */
 vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c);
-/* Gives back shared chunks that are one whole HOLE, keeping at least `keep` chunks. */
-void vpmm_i_chunk_trim(vpmm_pool_t *p, unsigned keep);
+/* Gives back every shared chunk that is one whole HOLE, except one full-size (opt.va_size) chunk
+ * when no other full-size shared chunk is in use. O(chunks); region pointers into the chunks
+ * given back die with them: call it where no caller holds one (after reclaim, dissolve, trim). */
+void vpmm_i_chunk_trim(vpmm_pool_t *p);
 /* Carves [addr, addr+len) out of an indexed HOLE; returns that piece, unindexed. */
 vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t addr, size_t len);
 
@@ -455,23 +464,26 @@ typedef struct vpmm_plan {
 } vpmm_plan_t;
 
 void vpmm_i_plan_fini(vpmm_plan_t *plan);
-/* Chooses the span (fewest pages to map) and the harvest (caller's stream, then ready memory,
+/* Chooses the span (fewest pages to map; if that needs more new pages than the cap allows, or
+ * with fewest_new, fewest pages to create) and the harvest (caller's stream, then ready memory,
  * then idle private arenas' ready memory, then other streams oldest first). `ours` is device
  * memory this malloc already created (vpmm_precreated_t), which the device no longer counts free
- * but the plan may use. */
+ * but the plan may use. VPMM_ERROR_OUT_OF_MEMORY when no plan fits under the cap. */
 vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t ours,
-                               vpmm_plan_t *plan);
+                               int fewest_new, vpmm_plan_t *plan);
 /* The same for private arena a, whose pages never move: a span among its holes and ready
  * regions; pages only from the shared arena's ready memory (no wait, no marker) or fresh. */
 vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size,
-                                       vpmm_plan_t *plan);
+                                       int fewest_new, vpmm_plan_t *plan);
 /* Where to map when the plan's hole is a fresh chunk. */
 void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole);
 
 /* ---- phase 0 and phase 2 (defrag.c) -------------------------------------------------------- */
 
-/* Phase 0: unmaps zombies whose marker completed; their VA becomes holes. */
-void vpmm_i_reclaim_zombies(vpmm_pool_t *p);
+/* Phase 0: unmaps zombies whose marker completed; their VA becomes holes, and chunks left empty
+ * go back (vpmm_i_chunk_trim). With poll = 0 it queries no event (safe during a capture): only
+ * zombies already known complete go. */
+void vpmm_i_reclaim_zombies(vpmm_pool_t *p, int poll);
 /* Phase 2: executes a plan, transactionally; *out_span is a FREE region of s with >= size bytes.
  * New handles come from pre first (may be NULL). When the device refuses the new pages and the
  * plan asked for more than the request needs (a burst's extra, or handles larger than a page),

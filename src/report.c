@@ -61,22 +61,40 @@ size_t vpmm_i_largest_free(const vpmm_pool_t *p, const vpmm_arena_t *only)
     return best;
 }
 
-/* Bytes of whole pages lying in free regions of arena a, and of them, pending ones. */
-static void free_pages_of(const vpmm_pool_t *p, const vpmm_arena_t *a, size_t *whole,
-                          size_t *pending)
+/* Bytes of whole handles lying inside free region r: what defragmentation could move. */
+static size_t movable_bytes(const vpmm_pool_t *p, const vpmm_region_t *r)
 {
     const size_t pg = p->page_size;
+    const uintptr_t hi = vpmm_align_down(r->addr + r->size, pg);
+    uintptr_t at = vpmm_align_up(r->addr, pg);
+    size_t bytes = 0;
+    while (at < hi) {
+        const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+        if (ph->va >= at && ph->va + ph->size <= hi)
+            bytes += ph->size;
+        at = ph->va + ph->size > at ? ph->va + ph->size : at + pg;
+    }
+    return bytes;
+}
+
+/*
+ * Of the shared arena's free memory: the bytes defragmentation can gather without new memory —
+ * whole handles (a handle partly in use stays) in ready memory, or pending on a stream whose
+ * marker can be recorded now (not one being captured) — and the bytes still pending.
+ */
+static void free_pages_of(vpmm_pool_t *p, size_t *movable, size_t *pending)
+{
     for (const vpmm_chunk_t *c = p->chunks; c; c = c->next) {
-        if (c->arena != a)
+        if (c->arena != &p->shared)
             continue;
         for (const vpmm_region_t *r = c->first; r; r = r->next) {
-            uintptr_t lo = vpmm_align_up(r->addr, pg), hi = vpmm_align_down(r->addr + r->size, pg);
             if (r->state != VPMM_REGION_FREE)
                 continue;
             if (!r->ready)
                 *pending += r->size;
-            if (hi > lo)
-                *whole += hi - lo;
+            if (r->ready || r->cached || r->stream->retired || r->stream->dirty_regions == 0 ||
+                vpmm_i_stream_markable(p, r->stream))
+                *movable += movable_bytes(p, r);
         }
     }
 }
@@ -122,15 +140,23 @@ void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
     size_t dfree = 0, dtotal = 0, whole = 0, pending = 0, first_end;
     int have_dev = p->drv->mem_get_info(p->drv, &dfree, &dtotal) == VPMM_DRV_OK;
 
-    free_pages_of(p, &p->shared, &whole, &pending);
+    free_pages_of(p, &whole, &pending);
     if (vpmm_i_stream_is_legacy(stream))
         put(&t, "vpmm_malloc(%s) on the legacy stream: out of memory: ", B(size));
+    else if (stream == VPMM_STREAM_PER_THREAD)
+        put(&t, "vpmm_malloc(%s) on the per-thread stream: out of memory: ", B(size));
     else
         put(&t, "vpmm_malloc(%s) on stream %p: out of memory: ", B(size), (void *)stream);
-    if (p->oom_cap)
+    if (p->oom_cause == VPMM_OOM_CAP)
         put(&t, "the pool's cap (VPMM_MAX_BYTES = %s) leaves room for %s more.",
             B(p->opt.max_bytes),
             B(p->opt.max_bytes - VPMM_MIN(p->opt.max_bytes, p->c.mapped_bytes)));
+    else if (p->oom_cause == VPMM_OOM_VA)
+        put(&t,
+            "no virtual address space is left for another VA chunk (the pool reserves %s in %u "
+            "chunks%s%s).",
+            B(p->c.reserved_va_bytes), p->chunk_count, have_dev ? "; the device has " : "",
+            have_dev ? B(dfree) : "");
     else if (have_dev)
         put(&t, "the device has %s free of %s.", B(dfree), B(dtotal));
     else
@@ -155,8 +181,11 @@ void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
                 a->pinned || a->captures ? "pinned by its graphs" : "idle: its free pages can go",
                 a->next ? ";" : ".");
     }
-    if (p->oom_cap)
+    if (p->oom_cause == VPMM_OOM_CAP)
         put(&t, " To make room: free what is no longer needed, or raise VPMM_MAX_BYTES.");
+    else if (p->oom_cause == VPMM_OOM_VA)
+        put(&t, " To make room: destroy graphs and graph pools no longer used, vpmm_trim, or "
+                "lower VPMM_VA_SIZE.");
     else
         put(&t, " To make room: free what is no longer needed, synchronise streams with pending "
                 "frees, destroy graphs no longer replayed, or vpmm_trim other pools on this "
@@ -164,7 +193,7 @@ void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
     vpmm_i_set_error("%.*s", (int)VPMM_MIN(first_end, 255), p->oom_report);
     if (p->opt.verbose)
         fprintf(stderr, "vpmm: %s\n", p->oom_report);
-    p->oom_cap = 0;
+    p->oom_cause = VPMM_OOM_DEVICE;
 }
 
 vpmm_status_t vpmm_pool_oom_report(const vpmm_pool_t *pool, char *buf, size_t len)

@@ -136,7 +136,7 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
     vpmm_i_lock(pool);
     before = pool->c.mapped_bytes;
     vpmm_g_collect(pool);
-    vpmm_i_reclaim_zombies(pool);
+    vpmm_i_reclaim_zombies(pool, 1);
     vpmm_i_stream_poll_all(pool, NULL); /* caches flushed first */
     st = retry_unreleased(pool);
     if (st == VPMM_SUCCESS)
@@ -171,7 +171,7 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
                 nunmapped++;
         vpmm_i_nvtx_pop();
     }
-    vpmm_i_chunk_trim(pool, 1);
+    vpmm_i_chunk_trim(pool);
     vpmm_i_cache_limit_update(pool);
     if (out_released != NULL)
         *out_released = before - pool->c.mapped_bytes;

@@ -2,9 +2,12 @@
  * va.c — VA chunks (reservations) and carving holes.
  *
  * The pool reserves one chunk of opt.va_size at creation and another only when no hole can take a
- * span; a chunk that has become one whole hole is given back (beyond the first), so address space
- * never leaks (the seed's case D leaked the unused end of a hole — here the remainder of a carved
- * hole always stays a hole). Regions never cross chunks, and a chunk belongs to one arena (the
+ * span; a shared chunk that has become one whole hole is given back by itself (vpmm_i_chunk_trim:
+ * when zombies are reclaimed, a graph pool's chunks come back, or on vpmm_trim), except the
+ * one full-size chunk the next malloc would reserve again, so address space never leaks — not
+ * even for a server that captures and destroys graphs forever, each graph pool reserving its own
+ * chunk (the seed's case D leaked the unused end of a hole — here the remainder of a carved hole
+ * always stays a hole). Regions never cross chunks, and a chunk belongs to one arena (the
  * shared one or a graph pool's) for as long as that arena lives. Called under the pool lock; I1/I5
  * are checked in check.c.
  */
@@ -47,6 +50,8 @@ vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes
     }
     st = vpmm_i_drv_status(p, p->drv->va_reserve(p->drv, size, p->page_size, &base));
     if (st != VPMM_SUCCESS) {
+        if (st == VPMM_ERROR_OUT_OF_MEMORY)
+            p->oom_cause = VPMM_OOM_VA; /* for the report: address space, not device memory */
         free(c);
         return st;
     }
@@ -101,13 +106,22 @@ vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c)
     return VPMM_SUCCESS;
 }
 
-void vpmm_i_chunk_trim(vpmm_pool_t *p, unsigned keep)
+void vpmm_i_chunk_trim(vpmm_pool_t *p)
 {
-    vpmm_chunk_t *c = p->chunks;
-    while (c && p->chunk_count > keep) {
+    unsigned full_in_use = 0;
+    vpmm_chunk_t *c;
+    for (c = p->chunks; c; c = c->next)
+        full_in_use += !c->arena->priv && c->size >= p->opt.va_size && !chunk_empty(c);
+    for (c = p->chunks; c;) {
         vpmm_chunk_t *next = c->next;
-        if (!c->arena->priv && chunk_empty(c))
-            vpmm_i_chunk_remove(p, c);
+        if (!c->arena->priv && chunk_empty(c)) {
+            /* One empty full-size chunk stays when no other is in use: the next malloc needs a
+             * chunk anyway. A failed release keeps the chunk (empty, accounted, reusable). */
+            if (c->size >= p->opt.va_size && full_in_use == 0)
+                full_in_use = 1;
+            else
+                (void)vpmm_i_chunk_remove(p, c);
+        }
         c = next;
     }
 }

@@ -35,7 +35,7 @@ static zombie_list_t zombies(vpmm_pool_t *pool)
 static void reclaim(tpool_t *t)
 {
     vpmm_i_lock(t->pool);
-    vpmm_i_reclaim_zombies(t->pool);
+    vpmm_i_reclaim_zombies(t->pool, 1);
     vpmm_i_unlock(t->pool);
     CHECK_POOL(t->pool);
     assert_driver_matches_pool(t);

@@ -657,6 +657,41 @@ static void test_capture_uses_cached_pages_under_cap(void **state)
     }
 }
 
+/*
+ * A server that captures and destroys graphs forever, one alive at a time, must not run out of
+ * address space: each graph pool reserves a chunk of its own, and once its graph is gone the
+ * chunk, empty, goes back by itself (not only at a vpmm_trim).
+ */
+static void test_repeated_captures_keep_address_space(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_stats_t st;
+    (void)state;
+    tpool_open(&t, NULL); /* VA chunks of 32 GiB, a graph pool's too */
+    s = vpmm_host_stream_create(t.host);
+    for (int i = 0; i < 300; i++) {
+        vpmm_graph_pool_t *gp = tgp(&t);
+        vpmm_graph_t g;
+        void *x;
+        begin(&t, gp, s);
+        x = tmalloc(t.pool, 2 * MiB, s);
+        tfree(t.pool, x);
+        g = end(&t, s);
+        assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+        assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
+        CHECK_POOL(t.pool);
+        st = tstats(t.pool);
+        assert_int_equal(st.graph_pools, 0);
+        /* The last graph pool's page may still lie in its old chunk (as free shared memory,
+         * until the next graph pool takes it): two chunks at most, never one per graph. */
+        assert_true(st.va_chunks <= 2);
+        assert_true(st.reserved_va_bytes <= 64 * GiB);
+    }
+    assert_driver_matches_pool(&t);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -675,6 +710,7 @@ int main(void)
         cmocka_unit_test(test_invalidated_capture),
         cmocka_unit_test(test_capture_oom_under_cap_is_reported),
         cmocka_unit_test(test_capture_uses_cached_pages_under_cap),
+        cmocka_unit_test(test_repeated_captures_keep_address_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,7 +67,7 @@ static void plan_for(fixture_t *f, vpmm_stream_t s, size_t size, vpmm_plan_t *pl
 {
     vpmm_strm_t *st = vpmm_i_stream_get(f->t.pool, vpmm_i_stream_key(f->t.pool, s));
     memset(plan, 0, sizeof *plan);
-    assert_int_equal(vpmm_i_plan_make(f->t.pool, st, size, 0, plan), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_plan_make(f->t.pool, st, size, 0, 0, plan), VPMM_SUCCESS);
 }
 
 /* [F free on a][hole ...): grow F upwards. */
@@ -119,7 +119,7 @@ static void make_hole_between(fixture_t *f, void **x, void **z, void **w, void *
     assert_int_equal(tstats(f->t.pool).pages_remapped, 2);
     vpmm_host_complete_all(f->t.host);
     vpmm_i_lock(f->t.pool);
-    vpmm_i_reclaim_zombies(f->t.pool);
+    vpmm_i_reclaim_zombies(f->t.pool, 1);
     vpmm_i_unlock(f->t.pool);
     CHECK_POOL(f->t.pool);
     /* mapped now: x(2) z(2) w(1) v(3); the rest, y's old VA included, is hole */

@@ -2,7 +2,8 @@
  * test_report.c — the out-of-memory report and the figures behind it (src/report.c): the largest
  * free span (ready, pending, cached and graph-pool memory all count), utilization and
  * fragmentation in vpmm_get_stats, the report's paragraph for a device refusal and for the cap
- * (VPMM_MAX_BYTES), graph pools in it, VPMM_VERBOSE printing it on stderr, and bad arguments.
+ * (VPMM_MAX_BYTES), for the address space, graph pools in it, what defragmentation can gather
+ * (movable pages only), VPMM_VERBOSE printing it on stderr, and bad arguments.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,74 @@ static void test_cap_and_graph_pools(void **state)
 }
 
 /* VPMM_VERBOSE=1 prints the report on stderr (captured here through a temporary file). */
+/*
+ * "Whole pages that defragmentation gathers" counts only what it can move: not the free pages of
+ * a multi-page handle partly in use (handles move whole), nor memory pending on a stream that is
+ * being captured (no marker can be recorded there).
+ */
+static void test_movable_pages_only(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s, c;
+    vpmm_graph_pool_t *gp;
+    vpmm_graph_t g;
+    char buf[2048];
+    void *big, *x, *small, *p = NULL;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .memory_limit = 1 * GiB + 8 * MiB, .cache_percent = -1 });
+    s = vpmm_host_stream_create(t.host);
+    c = vpmm_host_stream_create(t.host);
+    x = tmalloc(t.pool, 4 * MiB, c);  /* two one-page handles */
+    big = tmalloc(t.pool, GiB, s); /* one 1 GiB handle */
+    tfree(t.pool, big);
+    small = tmalloc(t.pool, 4096, s); /* in the big handle: it can no longer move */
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    assert_int_equal(vpmm_capture_begin(t.pool, gp, c, 0), VPMM_SUCCESS);
+    tfree(t.pool, x); /* pending on c, which is being captured: no marker until it ends */
+    assert_int_equal(vpmm_malloc(t.pool, GiB + 8 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    report_of(t.pool, buf, sizeof buf);
+    assert_non_null(strstr(buf, "; 0 B of the shared pool's free memory is in whole pages that "
+                                "defragmentation gathers"));
+    assert_int_equal(vpmm_capture_end(t.pool, c, &g), VPMM_SUCCESS);
+    /* The capture over, c's pages can move: they count. */
+    assert_int_equal(vpmm_malloc(t.pool, GiB + 8 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    report_of(t.pool, buf, sizeof buf);
+    assert_non_null(strstr(buf, "; 4 MiB of the shared pool's free memory is in whole pages that "
+                                "defragmentation gathers"));
+    tfree(t.pool, small);
+    assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/* Running out of address space is reported as such, not as the device's memory. */
+static void test_address_space_exhaustion(void **state)
+{
+    tpool_t t;
+    char buf[2048];
+    void *a, *p = NULL;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .va_size = 16 * MiB });
+    a = tmalloc(t.pool, 16 * MiB, NULL); /* the first chunk is full */
+    vpmm_fault_fail_nth(t.fault, VPMM_DRV_VA_RESERVE, 1, VPMM_DRV_OUT_OF_MEMORY);
+    assert_int_equal(vpmm_malloc(t.pool, 2 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    CHECK_POOL(t.pool);
+    report_of(t.pool, buf, sizeof buf);
+    assert_non_null(strstr(buf, "out of memory: no virtual address space is left for another VA "
+                                "chunk (the pool reserves 16 MiB in 1 chunks; the device has "));
+    assert_null(strstr(buf, "raise VPMM_MAX_BYTES"));
+    assert_non_null(strstr(vpmm_last_error(), "no virtual address space"));
+    /* The next failure is the device's again. */
+    vpmm_fault_fail_from(t.fault, VPMM_DRV_MEM_CREATE, 1, VPMM_DRV_OUT_OF_MEMORY);
+    assert_int_equal(vpmm_malloc(t.pool, 8 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    vpmm_fault_clear(t.fault);
+    report_of(t.pool, buf, sizeof buf);
+    assert_non_null(strstr(buf, "out of memory: the device has "));
+    CHECK_POOL(t.pool);
+    tfree(t.pool, a);
+    tpool_close(&t);
+}
+
 static void test_verbose_prints(void **state)
 {
     vpmm_config_t cfg;
@@ -178,6 +247,8 @@ int main(void)
         cmocka_unit_test(test_figures),
         cmocka_unit_test(test_device_refusal),
         cmocka_unit_test(test_cap_and_graph_pools),
+        cmocka_unit_test(test_movable_pages_only),
+        cmocka_unit_test(test_address_space_exhaustion),
         cmocka_unit_test(test_verbose_prints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

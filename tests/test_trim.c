@@ -229,6 +229,54 @@ static void test_cap(void **state)
     tpool_close(&t);
 }
 
+/*
+ * Under the cap, the placement that maps the fewest pages may need new memory where another needs
+ * none: here it fills a one-page hole and joins the free regions on both sides (1 page to map,
+ * created: the cap has no room), while a span elsewhere made of those regions' 10 free pages,
+ * moved, needs nothing new. The cap refusing the first, the second is taken.
+ */
+static void test_cap_tries_the_placement_that_creates_least(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_stream_t s, c;
+    vpmm_graph_t g;
+    vpmm_stats_t st;
+    size_t released;
+    void *a, *b, *cc, *x, *big;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .max_bytes = 22 * MiB, .cache_percent = -1 });
+    s = vpmm_host_stream_create(t.host);
+    c = vpmm_host_stream_create(t.host);
+    a = tmalloc(t.pool, 10 * MiB, s); /* pages 0-4 */
+    b = tmalloc(t.pool, 2 * MiB, s);  /* page 5 */
+    cc = tmalloc(t.pool, 10 * MiB, s); /* pages 6-10: the cap is reached */
+    tfree(t.pool, b);
+    assert_int_equal(vpmm_trim(t.pool, 0, &released), VPMM_SUCCESS); /* page 5 becomes a hole */
+    assert_int_equal(released, 2 * MiB);
+    /* A graph takes the room left under the cap, in its own chunk (fresh memory). */
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    assert_int_equal(vpmm_capture_begin(t.pool, gp, c, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
+    x = tmalloc(t.pool, 2 * MiB, c);
+    assert_int_equal(vpmm_capture_end(t.pool, c, &g), VPMM_SUCCESS);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 22 * MiB);
+    tfree(t.pool, a);
+    tfree(t.pool, cc);
+    CHECK_POOL(t.pool);
+
+    big = tmalloc(t.pool, 16 * MiB, s); /* 8 of the 10 free pages, moved; nothing created */
+    st = tstats(t.pool);
+    assert_int_equal(st.mapped_bytes, 22 * MiB);
+    assert_int_equal(st.ooms, 0);
+    assert_true(st.pages_remapped >= 3);
+    assert_driver_matches_pool(&t);
+    tfree(t.pool, big);
+    tfree(t.pool, x);
+    assert_int_equal(vpmm_host_graph_destroy(t.host, g), VPMM_DRV_OK);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_release_kept_for_later),
         cmocka_unit_test(test_cap),
+        cmocka_unit_test(test_cap_tries_the_placement_that_creates_least),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

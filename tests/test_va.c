@@ -71,14 +71,14 @@ static void test_empty_chunks_trimmed_but_not_last(void **state)
     tfree(t.pool, b);
     /* Free memory stays mapped (no trim in this issue): chunks are not empty yet. */
     vpmm_i_lock(t.pool);
-    vpmm_i_chunk_trim(t.pool, 1);
+    vpmm_i_chunk_trim(t.pool);
     vpmm_i_unlock(t.pool);
     assert_int_equal(tstats(t.pool).va_chunks, 2);
     /* An empty chunk beyond the first is given back. */
     vpmm_i_lock(t.pool);
     assert_int_equal(vpmm_i_chunk_add(t.pool, &t.pool->shared, 0, &second), VPMM_SUCCESS);
     assert_int_equal(t.pool->chunk_count, 3);
-    vpmm_i_chunk_trim(t.pool, 1);
+    vpmm_i_chunk_trim(t.pool);
     assert_int_equal(t.pool->chunk_count, 2);
     vpmm_i_unlock(t.pool);
     CHECK_POOL(t.pool);
