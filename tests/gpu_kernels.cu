@@ -1,6 +1,7 @@
 /*
  * gpu_kernels.cu — the kernels behind gpu_kernels.h: pattern fill, pattern check, spin, and the
- * float steps of the graph tests (affine, add, resample).
+ * float steps of the graph tests (affine, add, resample); and which default stream the copy was
+ * built for (CMakeLists.txt builds it twice).
  *
  * Fill and check split a range into an unaligned head (bytes up to the first 16-byte boundary),
  * a bulk of 16-byte vectors, and a tail of bytes; each thread walks the bulk and then the edge
@@ -176,4 +177,13 @@ extern "C" int gk_spin(cudaStream_t s, unsigned long long cycles)
 {
     spin_kernel<<<1, 1, 0, s>>>(cycles);
     return (int)cudaGetLastError();
+}
+
+extern "C" int gk_per_thread_default_stream(void)
+{
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM /* nvcc --default-stream per-thread defines it */
+    return 1;
+#else
+    return 0;
+#endif
 }

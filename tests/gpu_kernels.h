@@ -6,7 +6,11 @@
  * gk_pattern(s, j / 4), counted from the start of the range; so a range of any length and any
  * alignment has one well-defined content, and gk_pattern lets the host compute it too. Launchers
  * return a cudaError_t as int (0 = cudaSuccess: the kernel was enqueued); they never synchronise.
- * Thread-safe as the CUDA runtime is. Compiled by nvcc (gpu_kernels.cu) into vpmm_test_kernels.
+ * Thread-safe as the CUDA runtime is. Compiled by nvcc (gpu_kernels.cu) into vpmm_test_kernels,
+ * and a second time with --default-stream per-thread into vpmm_test_kernels_ptds (for
+ * test_gpu_streams_ptds): there stream 0 given to a launcher is the calling thread's per-thread
+ * stream, not the legacy default stream. cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2)
+ * name those two streams explicitly in either copy.
  */
 #ifndef VPMM_GPU_KERNELS_H
 #define VPMM_GPU_KERNELS_H
@@ -59,6 +63,10 @@ int gk_check(const void *ptr, size_t bytes, uint32_t seed, unsigned long long *m
 
 /* Busy-waits about `cycles` SM clock cycles in one thread on stream s (work really pending). */
 int gk_spin(cudaStream_t s, unsigned long long cycles);
+
+/* 1 if this copy of the kernels was built with nvcc --default-stream per-thread (stream 0 is the
+ * calling thread's per-thread stream), 0 if stream 0 is the legacy default stream. */
+int gk_per_thread_default_stream(void);
 
 /*
  * Float kernels for the graph tests' small "inference" steps. Each is exactly reproducible on the
