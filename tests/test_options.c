@@ -226,6 +226,13 @@ static void test_config_init(void **state)
     assert_int_equal(c.prealloc_pages, 0);
     assert_int_equal(c.host_memory, 0);
     assert_int_equal(c.ignore_env, 0);
+    assert_int_equal(c.default_stream, VPMM_DEFAULT_STREAM_UNSET);
+    /* A file compiled with CUDA_API_PER_THREAD_DEFAULT_STREAM calls this one (vpmm.h). */
+    memset(&c, 0xab, sizeof c);
+    assert_int_equal(vpmm_config_init_per_thread(&c), VPMM_SUCCESS);
+    assert_int_equal(c.default_stream, VPMM_DEFAULT_STREAM_PER_THREAD);
+    assert_int_equal(c.cache_percent, -1);
+    assert_int_equal(vpmm_config_init_per_thread(NULL), VPMM_ERROR_INVALID_ARGUMENT);
 }
 
 static void test_config_init_null(void **state)
@@ -426,6 +433,9 @@ static const bad_env_t bad_envs[] = {
     { "VPMM_MAX_BYTES", "-4G" },
     { "VPMM_VERBOSE", "2" },
     { "VPMM_VERBOSE", "yes" },
+    { "VPMM_DEFAULT_STREAM", "per_thread" },
+    { "VPMM_DEFAULT_STREAM", "Legacy" },
+    { "VPMM_DEFAULT_STREAM", "" },
 };
 
 /* The message names the variable and shows its value ('' for an empty one). */
@@ -545,6 +555,37 @@ static void test_cap_and_verbose(void **state)
     c.verbose = 2;
     assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
     assert_error_mentions("config.verbose=2");
+}
+
+/* VPMM_DEFAULT_STREAM and config.default_stream: what stream 0 names; the config wins. */
+static void test_default_stream(void **state)
+{
+    vpmm_config_t c;
+    vpmm_options_t o;
+    (void)state;
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.per_thread_default, 0);
+    set_env("VPMM_DEFAULT_STREAM", "per-thread");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.per_thread_default, 1);
+    vpmm_config_init(&c);
+    c.default_stream = VPMM_DEFAULT_STREAM_LEGACY;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.per_thread_default, 0);
+    set_env("VPMM_DEFAULT_STREAM", "legacy");
+    c.default_stream = VPMM_DEFAULT_STREAM_PER_THREAD;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.per_thread_default, 1);
+    c.default_stream = (vpmm_default_stream_t)3;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("config.default_stream=3");
+    c.default_stream = (vpmm_default_stream_t)-1;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
+    set_env("VPMM_DEFAULT_STREAM", "per_thread");
+    c.default_stream = VPMM_DEFAULT_STREAM_LEGACY;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_ENV);
+    assert_string_equal(vpmm_last_error(),
+                        "VPMM_DEFAULT_STREAM='per_thread': expected legacy or per-thread");
 }
 
 /* ---- vpmm_i_options_resolve: bad config ------------------------------------------------------ */
@@ -1052,6 +1093,7 @@ int main(void)
         ENV_TEST(test_resolve_bad_env_messages),
         ENV_TEST(test_resolve_bad_env_despite_config),
         ENV_TEST(test_cap_and_verbose),
+        ENV_TEST(test_default_stream),
         ENV_TEST(test_resolve_bad_config),
         ENV_TEST(test_resolve_bad_config_before_bad_env),
         ENV_TEST(test_finish_page_defaults_to_granularity),

@@ -169,9 +169,10 @@ void assert_driver_matches_pool(const tpool_t *t)
 
 void tenv_unset_all(void)
 {
-    static const char *const vars[] = { "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
-                                        "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT",
-                                        "VPMM_MAX_BYTES", "VPMM_VERBOSE" };
+    static const char *const vars[] = { "VPMM_PAGE_SIZE",     "VPMM_VA_SIZE",   "VPMM_PAGES",
+                                        "VPMM_BACKEND",       "VPMM_HOST_MEMORY",
+                                        "VPMM_CACHE_PERCENT", "VPMM_MAX_BYTES", "VPMM_VERBOSE",
+                                        "VPMM_DEFAULT_STREAM" };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         assert_int_equal(unsetenv(vars[i]), 0);
 }
