@@ -5,7 +5,8 @@
  * streams, events and capture, driver_host_graph.c the graphs and user objects, and
  * driver_host_internal.h holds what the three share.
  *
- *  - VA: a reservation is an mmap(PROT_NONE, MAP_NORESERVE) placeholder, so 8 TiB costs nothing.
+ *  - VA: a reservation is an mmap(PROT_NONE, MAP_NORESERVE) placeholder, so 8 TiB costs nothing;
+ *    an optional limit on the bytes reserved (va_limit) makes address-space exhaustion testable.
  *  - Physical memory: every handle is an extent of ONE memfd (thousands of handles must fit under
  *    a 1024-fd limit). Extents come from a first-fit, coalescing free list; the file grows with
  *    ftruncate (sparse: untouched pages cost nothing) and freed extents are punched out (or
@@ -18,8 +19,8 @@
  * Thread-safety: every entry of the table runs under the instance's recursive mutex (driver.h
  * rule 7; the wrappers are in driver_host.c).
  * Invariants: listed as equations above struct host_drv in driver_host_internal.h, all of them
- * checked by vpmm_host_check() at the end of this file (the stream ones I6, I7 here too; the graph
- * ones I8, I9 through vpmm_host_i_graph_check in driver_host_graph.c).
+ * checked by vpmm_host_check() at the end of this file (the stream ones I6, I7, I10 here too; the
+ * graph ones I8, I9 through vpmm_host_i_graph_check in driver_host_graph.c).
  * Failure atomicity (rule 1): each entry point validates and allocates everything it needs before
  * its first visible change. Release, unmap and va_free never allocate (nor does event_destroy in
  * driver_host_stream.c), so the teardown paths cannot fail for lack of host memory.
@@ -367,6 +368,8 @@ static vpmm_dres_t host_va_reserve(vpmm_driver_t *d, size_t size, size_t align, 
         return vpmm_host_i_fail_invalid(h, e);
     if (align == 0)
         align = h->gran; /* as CUDA: 0 = the default alignment */
+    if (h->va_limit && (size > h->va_limit || h->counts.reserved_bytes > h->va_limit - size))
+        return vpmm_host_i_fail(h, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     /* Over-reserve so that an aligned start exists inside, then trim both ends:
      *   [p ...head... |start ....... size ....... |end ...tail... p+span)          */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -736,6 +739,8 @@ vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
     }
     h->gran = gran;
     h->limit = limit;
+    h->va_limit = opt ? opt->va_limit : 0;
+    h->null_per_thread = opt && opt->per_thread_default_stream;
     h->rng = 0x9E3779B97F4A7C15ULL;
     h->next_capture_id = 1;
     h->base = (vpmm_driver_t){
@@ -822,6 +827,45 @@ static int cmp_extent(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* I10: which record each special handle names, and which streams are blocking. */
+static size_t check_stream_identity(const host_drv_t *h, int verbose)
+{
+    size_t bad = 0, n_blocking = 0;
+    uint64_t next_token = vpmm_host_i_next_token();
+    for (size_t i = 0; i < h->stream_cap; i++) {
+        const host_stream_t *st = h->stream_tab[i];
+        if (!st)
+            continue;
+        CHECK_THAT(st->key != NULL && st->key != HOST_STREAM_PER_THREAD,
+                   "I10 a record under the unresolved handle %p", (void *)st->key);
+        CHECK_THAT((st->key == HOST_STREAM_LEGACY) == (st == h->legacy),
+                   "I10 record %p under key %p is not the legacy stream's", (void *)st,
+                   (void *)st->key);
+        CHECK_THAT(st->blocking == (st->thread != 0), "I10 stream %p blocking %d, thread %llu",
+                   (void *)st->key, st->blocking, (unsigned long long)st->thread);
+        n_blocking += st->thread != 0;
+    }
+    if (h->legacy)
+        CHECK_THAT(h->legacy->key == HOST_STREAM_LEGACY && h->legacy->thread == 0 &&
+                       !h->legacy->capture,
+                   "I10 the legacy stream is per-thread, capturing or misfiled");
+    for (size_t i = 0; i < h->n_ptds; i++) {
+        const host_ptds_t *p = &h->ptds[i];
+        CHECK_THAT(p->token != 0 && p->token < next_token, "I10 thread token %llu never issued",
+                   (unsigned long long)p->token);
+        CHECK_THAT(i == 0 || h->ptds[i - 1].token < p->token, "I10 thread map out of order at %zu",
+                   i);
+        CHECK_THAT(p->stream && p->stream->key == (vpmm_stream_t)(void *)p->stream &&
+                       p->stream->thread == p->token,
+                   "I10 thread %llu maps to a stream not its own", (unsigned long long)p->token);
+        CHECK_THAT(!p->stream || vpmm_host_i_stream_find(h, p->stream->key) == p->stream,
+                   "I10 thread %llu's stream is not in the table", (unsigned long long)p->token);
+    }
+    CHECK_THAT(n_blocking == h->n_ptds, "I10 %zu per-thread records, %zu in the thread map",
+               n_blocking, h->n_ptds);
+    return bad;
+}
+
 size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
 {
     const host_drv_t *h = vpmm_host_i_as_host(d);
@@ -895,6 +939,8 @@ size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
     }
     CHECK_THAT(h->n_resv == h->counts.reservations && resv_bytes == h->counts.reserved_bytes,
                "I5 reservation counts");
+    CHECK_THAT(h->va_limit == 0 || resv_bytes <= h->va_limit, "I5 %zu bytes reserved, limit %zu",
+               resv_bytes, h->va_limit);
 
     /* I6 */
     size_t live_events = 0;
@@ -928,6 +974,7 @@ size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
     }
     CHECK_THAT(n_streams == h->n_streams, "I7 stream table holds %zu, counted %zu", n_streams,
                h->n_streams);
+    bad += check_stream_identity(h, verbose);
     for (const host_capture_t *c = h->captures; c; c = c->next)
         CHECK_THAT(c->id < h->next_capture_id && c->origin && c->origin->capture == c,
                    "I7 capture %llu has lost its origin", (unsigned long long)c->id);

@@ -5,10 +5,12 @@
  * work lets them, and a device-memory limit that makes OOM testable.
  *
  * Thread-safety: the table's entries may be called from several threads at once (driver.h rule
- * 7): each runs under the instance's recursive mutex. The vpmm_host_* helpers below do not take
- * it: call them from the test that owns the instance while no other thread uses it. Invariants are
- * written above struct host_drv in driver_host_internal.h and checked by vpmm_host_check(), which
- * tests call after every mutation.
+ * 7): each runs under the instance's recursive mutex. The stream and capture controls below (those
+ * of the "streams" and "capture" sections and the wait log) take it too, so the threads of a test
+ * may drive their own per-thread streams while others use the instance. The remaining vpmm_host_*
+ * helpers do not: call them from the test that owns the instance while no other thread uses it.
+ * Invariants are written above struct host_drv in driver_host_internal.h and checked by
+ * vpmm_host_check(), which tests call after every mutation.
  *
  * Every vpmm_host_* helper takes the vpmm_driver_t returned by vpmm_host_open (not a wrapper such
  * as driver_fault's: unwrap it with vpmm_fault_inner). Given anything else it does nothing and
@@ -23,8 +25,14 @@
 #include "driver.h"
 
 typedef struct vpmm_host_options {
-    size_t granularity;  /* 0 = 2 MiB; must be a multiple of the OS page size */
-    size_t memory_limit; /* emulated device memory in bytes; 0 = 80 GiB */
+    size_t granularity;            /* 0 = 2 MiB; must be a multiple of the OS page size */
+    size_t memory_limit;           /* emulated device memory in bytes; 0 = 80 GiB */
+    int per_thread_default_stream; /* nonzero: stream 0 (NULL) names the calling thread's
+                                      per-thread stream, as in a program built with nvcc
+                                      --default-stream per-thread; 0: the legacy stream */
+    size_t va_limit; /* address space in bytes: va_reserve fails with VPMM_DRV_OUT_OF_MEMORY
+                        (last_code 2, as cuMemAddressReserve) when reserved_bytes + size would
+                        exceed it; 0 = unlimited (as much as the host's mmap gives) */
 } vpmm_host_options_t;
 
 /*
@@ -35,19 +43,54 @@ typedef struct vpmm_host_options {
 vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out);
 
 /* ---- streams ------------------------------------------------------------------------------
- * Any vpmm_stream_t value (NULL included) is a stream; an unknown one is registered on first use
- * with no pending work. Work is emulated: vpmm_host_enqueue adds one pending "kernel"; nothing
- * completes until complete/advance/complete_all (or the synchronize entry point) says so.
+ * Work is emulated: vpmm_host_enqueue adds one pending "kernel"; nothing completes until
+ * complete/advance/complete_all (or the synchronize entry point) says so.
+ *
+ * Handles. Every entry point and every control below that takes a stream resolves the handle
+ * first, as CUDA does:
+ *   0x2 (CU_STREAM_PER_THREAD)  the calling thread's per-thread stream: a different stream in each
+ *                               thread, created on the thread's first use with no pending work.
+ *                               Its record is named by a synthetic key (vpmm_host_thread_stream),
+ *                               which names that same stream from any thread.
+ *   0x1 (CU_STREAM_LEGACY)      the legacy default stream, one per instance.
+ *   0 (NULL)                    the legacy stream as well (the same stream as 0x1), unless the
+ *                               instance was opened with per_thread_default_stream: then as 0x2.
+ *   anything else               a stream of its own (an unknown value is registered on first use
+ *                               with no pending work), non-blocking: like a stream created with
+ *                               cudaStreamNonBlocking, which is what PyTorch creates.
+ * A control that only reads or advances (complete, advance, idle, enqueued, completed) creates
+ * nothing: a thread that never used 0x2 has a per-thread stream with no work. A per-thread stream
+ * outlives its thread (until close), so its work can still be completed through its key.
+ *
+ * Implicit synchronisation. Per-thread streams are blocking; every other non-legacy stream is not.
+ * As in CUDA, an operation on the legacy stream (event_record, stream_wait_event, a work item of
+ * vpmm_host_enqueue or vpmm_host_graph_launch) waits for everything enqueued before it on every
+ * blocking stream (their work items and the waits after them), and an operation on a blocking
+ * stream waits for everything enqueued before it on the legacy stream. They are barriers (the
+ * ones stream_wait_event leaves), so an event recorded on the legacy stream completes only once
+ * every blocking stream has completed what it had enqueued, and advance stops at them. A capturing
+ * stream's operations are graph nodes, not work: they take no part. An operation on the legacy
+ * stream while any blocking stream is capturing would make the legacy stream depend on the capture:
+ * it fails with VPMM_DRV_ERROR, last_code 906 (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), and invalidates
+ * those captures, as CUDA does (vpmm_host_enqueue returns 0 then).
  */
 
-/* A fresh token distinct from every stream known to d (NULL only when out of host memory). */
+/* A fresh token distinct from every stream known to d (NULL only when out of host memory). The
+ * stream is non-blocking. */
 vpmm_stream_t vpmm_host_stream_create(vpmm_driver_t *d);
 
+/* The synthetic key of the calling thread's per-thread stream (creating that stream): the stream
+ * 0x2 names in this thread, named by the key from any thread (NULL when out of host memory). */
+vpmm_stream_t vpmm_host_thread_stream(vpmm_driver_t *d);
+
 /* Enqueues one work item on s and returns its 1-based sequence number on s. Returns 0 (and
- * creates no work) when s is being captured: captured work belongs to a graph, not to s. */
+ * creates no work) when s is being captured (captured work belongs to a graph, not to s), when s
+ * is the legacy stream and a blocking stream is capturing (that capture is invalidated), and when
+ * out of host memory. */
 uint64_t vpmm_host_enqueue(vpmm_driver_t *d, vpmm_stream_t s);
 
-/* Finishes everything enqueued on s so far, first finishing (recursively) whatever it waits on. */
+/* Finishes everything enqueued on s so far, first finishing (recursively) whatever it waits on
+ * (for the legacy stream, through the implicit synchronisation, the blocking streams' work). */
 void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s);
 
 /* Finishes up to n items of s in order, stopping at the first one whose waits are unsatisfied
@@ -68,7 +111,8 @@ uint64_t vpmm_host_stream_completed(vpmm_driver_t *d, vpmm_stream_t s);
  * The begin_capture / end_capture entry points of the table, and these two controls, share one
  * implementation. begin starts a capture originating in s (ids start at 1 and are never reused)
  * and creates the graph it builds; VPMM_DRV_NOT_SUPPORTED (last_code 900) on the legacy stream
- * (NULL or 0x1), VPMM_DRV_ERROR (401) if s is already capturing (originated or joined),
+ * (0x1, and NULL unless per_thread_default_stream; a per-thread stream may be captured, as in
+ * CUDA), VPMM_DRV_ERROR (401) if s is already capturing (originated or joined),
  * VPMM_DRV_INVALID (1) for an unknown mode. end ends the capture that s originated; every stream
  * joined to it (through stream_wait_event on a captured event) leaves it too. It fails with
  * VPMM_DRV_ERROR and 401 if s is not capturing, 903 if s joined but did not originate it, 908 if
@@ -116,9 +160,11 @@ typedef struct vpmm_host_exec *vpmm_host_exec_t;
  * VPMM_DRV_ERROR (2) when out of host memory. */
 vpmm_dres_t vpmm_host_graph_instantiate(vpmm_driver_t *d, vpmm_graph_t g, vpmm_host_exec_t *out);
 
-/* Enqueues one work item on s (like vpmm_host_enqueue) that stands for a launch of e: e keeps its
- * references until that item has completed. VPMM_DRV_NOT_SUPPORTED (801) when s is capturing
- * (launching into a capture is not emulated), VPMM_DRV_INVALID for a bad e. */
+/* Enqueues one work item on s (like vpmm_host_enqueue, implicit synchronisation included) that
+ * stands for a launch of e: e keeps its references until that item has completed.
+ * VPMM_DRV_NOT_SUPPORTED (801) when s is capturing (launching into a capture is not emulated),
+ * VPMM_DRV_ERROR (906) on the legacy stream while a blocking stream is capturing (that capture is
+ * invalidated), VPMM_DRV_INVALID for a bad e. */
 vpmm_dres_t vpmm_host_graph_launch(vpmm_driver_t *d, vpmm_host_exec_t e, vpmm_stream_t s);
 
 /* Destroys a graph the caller owns, dropping its references. VPMM_DRV_INVALID for a bad g;
@@ -154,7 +200,11 @@ void vpmm_host_counts(vpmm_driver_t *d, vpmm_host_counts_t *out);
 
 /* Every successful stream_wait_event call, in order. signaller/signal_seq are the stream and the
  * sequence number the event captured; signal_seq is 0 for an event never recorded, or recorded
- * in a capture (the wait then joins the capture instead of ordering real work). */
+ * in a capture (the wait then joins the capture instead of ordering real work). Streams are
+ * logged resolved, so that threads can be told apart: a per-thread stream as its synthetic key
+ * (vpmm_host_thread_stream), the legacy stream as 0x1 however it was named (NULL included), any
+ * other stream as its handle; signaller is NULL for an event never recorded. The implicit
+ * synchronisation of the legacy stream is not logged. */
 typedef struct vpmm_host_wait {
     vpmm_stream_t waiter;
     vpmm_stream_t signaller;

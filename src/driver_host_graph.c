@@ -261,6 +261,12 @@ vpmm_dres_t vpmm_host_graph_launch(vpmm_driver_t *d, vpmm_host_exec_t e, vpmm_st
         return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     if (st->capture)
         return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_NOT_SUPPORTED, CODE_NOT_SUPPORTED);
+    /* A launch is work like any other: the legacy stream's implicit synchronisation applies. */
+    if (vpmm_host_i_sync_refused(h, st))
+        return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_ERROR, CODE_CAPTURE_IMPLICIT);
+    if (RESERVE(st->bar, st->bar_cap, st->bar_len + vpmm_host_i_sync_room(h, st)))
+        return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    vpmm_host_i_sync_apply(h, st);
     host_launch_t *l = NULL;
     for (size_t i = 0; i < x->n_launches && !l; i++)
         if (x->launches[i].stream == st)

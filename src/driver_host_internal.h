@@ -7,8 +7,8 @@
  * defines and another calls. Nothing outside those files may include it: tests and the core use
  * driver_host.h.
  *
- * Thread-safety: none; the owning pool serialises every call (driver.h rule 7).
- * Invariants: I1..I9 above struct host_drv, checked by vpmm_host_check() in driver_host.c (I8 and
+ * Thread-safety: none of its own; every entry point and stream control holds host_drv.lock.
+ * Invariants: I1..I10 above struct host_drv, checked by vpmm_host_check() in driver_host.c (I8 and
  * I9 through vpmm_host_i_graph_check in driver_host_graph.c).
  */
 #ifndef VPMM_DRIVER_HOST_INTERNAL_H
@@ -120,14 +120,28 @@ typedef struct host_capture {
     int invalidated;
 } host_capture_t;
 
+/* The handles CUDA gives a meaning of its own (driver_host.h, "streams"). The legacy stream's
+ * record is kept under HOST_STREAM_LEGACY; no record is ever kept under NULL or
+ * HOST_STREAM_PER_THREAD, which are resolved to a record before any lookup. */
+#define HOST_STREAM_LEGACY     ((vpmm_stream_t)(uintptr_t)0x1)
+#define HOST_STREAM_PER_THREAD ((vpmm_stream_t)(uintptr_t)0x2)
+
 typedef struct host_stream {
-    vpmm_stream_t key;
+    vpmm_stream_t key; /* the handle, LEGACY, or the record's own address (synthetic) */
+    uint64_t thread;   /* nonzero: the per-thread stream of the thread with this token */
+    int blocking;      /* synchronises implicitly with the legacy stream */
     uint64_t enqueued, completed;
     host_barrier_t *bar; /* live barriers are bar[bar_head, bar_len) */
     size_t bar_head, bar_len, bar_cap;
     host_capture_t *capture; /* the capture it originated or joined, NULL if none */
     int busy;                /* inside stream_complete_to (guards against cycles) */
 } host_stream_t;
+
+/* An entry of the map that resolves CU_STREAM_PER_THREAD: a thread's token and its stream. */
+typedef struct host_ptds {
+    uint64_t token;
+    host_stream_t *stream;
+} host_ptds_t;
 
 /*
  * A user object. refs = caller_refs + the references graphs and execs hold (one per entry of their
@@ -194,7 +208,8 @@ typedef struct host_event {
  *      freeing an extent never allocates.
  *  I4  mappings are pairwise disjoint, each inside one reservation, offset + size ≤ its handle's
  *      size; Σ handle.nmaps = counts.mappings, Σ mapping.size = counts.mapped_bytes.
- *  I5  reservations are sorted, disjoint, gran-aligned; counts.reservations/reserved_bytes match.
+ *  I5  reservations are sorted, disjoint, gran-aligned; counts.reservations/reserved_bytes match;
+ *      va_limit = 0 or counts.reserved_bytes ≤ va_limit.
  *  I6  counts.events = live slots of the event table.
  *  I7  per stream: completed ≤ enqueued; live barriers are sorted by at, and
  *      completed ≤ at ≤ enqueued, seq ≤ signaller->enqueued; capture, if set, is in the list.
@@ -205,11 +220,20 @@ typedef struct host_event {
  *      graph list, the exec table's the execs with id ≠ 0; graph.capture = c ⇔ c.graph = graph
  *      for every active capture c (each has one); an exec with id = 0 has a pending launch and
  *      zombie_execs counts them; launches name distinct streams, seq ≤ stream->enqueued.
+ *  I10 stream identity: no record has key NULL or PER_THREAD; legacy = the record under key
+ *      LEGACY (NULL if there is none), with thread = 0, blocking = 0 and capture = NULL (it is
+ *      never captured); ptds[0, n_ptds) is sorted by token, tokens strictly increasing,
+ *      0 < token < vpmm_host_i_next_token(); each entry's stream is in the table under its own
+ *      address (key = stream) with thread = token; blocking = 1 ⇔ thread ≠ 0, and
+ *      |{records with thread ≠ 0}| = n_ptds (the blocking streams are exactly the ptds entries).
  */
 typedef struct host_drv {
     vpmm_driver_t base;   /* first member: the table the core calls */
-    pthread_mutex_t lock; /* recursive: held by every entry of the table (driver_host.c) */
+    pthread_mutex_t lock; /* recursive: held by every entry of the table (driver_host.c) and by
+                             the stream controls (driver_host_stream.c) */
     size_t gran, limit;
+    size_t va_limit;     /* 0 = unlimited (vpmm_host_options_t) */
+    int null_per_thread; /* NULL resolves like PER_THREAD (per_thread_default_stream) */
 
     int fd;
     size_t file_size;
@@ -229,6 +253,9 @@ typedef struct host_drv {
 
     host_stream_t **stream_tab; /* open addressing by key, linear probing; never shrinks */
     size_t stream_cap, n_streams;
+    host_stream_t *legacy; /* the legacy stream's record, NULL until first used */
+    host_ptds_t *ptds;     /* per-thread streams by thread token, sorted (binary search) */
+    size_t n_ptds, ptds_cap;
 
     host_capture_t *captures; /* active captures */
     uint64_t next_capture_id;
@@ -273,9 +300,27 @@ vpmm_dres_t vpmm_host_i_fail_invalid(host_drv_t *h, vpmm_drv_entry_t entry);
 /* driver_host_stream.c: the active capture with this id, or NULL. */
 host_capture_t *vpmm_host_i_capture_find(const host_drv_t *h, uint64_t id);
 
-/* driver_host_stream.c: the stream for key, registered (no pending work) if new; NULL when out of
- * host memory. */
-host_stream_t *vpmm_host_i_stream_get(host_drv_t *h, vpmm_stream_t key);
+/* driver_host_stream.c: the stream the handle names for the calling thread (driver_host.h,
+ * "streams"), registered (no pending work) if new; NULL when out of host memory. */
+host_stream_t *vpmm_host_i_stream_get(host_drv_t *h, vpmm_stream_t handle);
+
+/* driver_host_stream.c: the implicit synchronisation of the legacy stream (driver_host.h), in
+ * three steps so that a caller stays failure-atomic. Before an operation on st (not capturing):
+ * refused returns 1 when st is the legacy stream while a blocking stream is capturing, having
+ * invalidated those captures (the caller fails with CODE_CAPTURE_IMPLICIT), else 0 and changes
+ * nothing; room is an upper bound on the barriers apply adds to st (the caller reserves them with
+ * its own); apply adds them (at st->enqueued) and never allocates. */
+int vpmm_host_i_sync_refused(host_drv_t *h, const host_stream_t *st);
+size_t vpmm_host_i_sync_room(const host_drv_t *h, const host_stream_t *st);
+void vpmm_host_i_sync_apply(host_drv_t *h, host_stream_t *st);
+
+/* driver_host_stream.c: the record kept in the table under key, without resolving the handle
+ * (for the check); NULL if none. */
+host_stream_t *vpmm_host_i_stream_find(const host_drv_t *h, vpmm_stream_t key);
+
+/* driver_host_stream.c: the process-wide thread token the next new thread will get (every token
+ * issued so far is below it; for the check). */
+uint64_t vpmm_host_i_next_token(void);
 
 /* driver_host_stream.c: frees every event, stream, capture and wait record (for host_close). */
 void vpmm_host_i_stream_fini(host_drv_t *h);

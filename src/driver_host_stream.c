@@ -12,16 +12,31 @@
  * ending, joining, merging and invalidation; each builds one graph. Also here: the stream-side
  * entry points of the driver table (capture ones included) and the wait log.
  *
- * Thread-safety: every entry of the table runs under the instance's recursive mutex (driver.h
- * rule 7; the wrappers are in driver_host.c).
- * Invariants: I6 and I7 above struct host_drv in driver_host_internal.h, checked with the rest by
- * vpmm_host_check() in driver_host.c (I9, which ties captures to their graphs, in
+ * Handles are resolved before any lookup (driver_host.h, "streams"): NULL and 0x1 name the legacy
+ * stream's record (kept under 0x1), 0x2 the calling thread's per-thread stream. A thread is known
+ * by a token from a process-wide counter, kept in a _Thread_local (pthread_self() values are
+ * reused after a thread exits; a token never is); a sorted map token -> record resolves 0x2, and
+ * the record itself sits in the stream table under its own address, like the streams of
+ * vpmm_host_stream_create, so that every walk over the table covers it. The implicit
+ * synchronisation between the legacy stream and the blocking (per-thread) streams is made of
+ * ordinary barriers, added just before the operation that implies them:
+ *
+ *   enqueued in this order:  a1 a2 (on A)  b1 (on B)  l1 (legacy)  record E (legacy)  a3 (on A)
+ *   barriers added:          l1 waits for A@2 and B@1; E covers l1, so A@2 and B@1 too; a3 waits
+ *                            for legacy@1 and for whatever legacy's trailing waits wait on
+ *
+ * Thread-safety: every entry of the table, and every stream control, runs under the instance's
+ * recursive mutex (driver.h rule 7; the entries' wrappers are in driver_host.c).
+ * Invariants: I6, I7 and I10 above struct host_drv in driver_host_internal.h, checked with the
+ * rest by vpmm_host_check() in driver_host.c (I9, which ties captures to their graphs, in
  * driver_host_graph.c). Failure atomicity (rule 1): each entry point allocates what it needs
- * before its first visible change; event_destroy never allocates. The one exception is CUDA's:
- * end_capture of an invalidated capture fails (901) and still ends it.
+ * before its first visible change; event_destroy never allocates. The exceptions are CUDA's:
+ * end_capture of an invalidated capture fails (901) and still ends it, and an operation on the
+ * legacy stream refused with 906 invalidates the captures it would have depended on.
  */
 #include "driver_host_internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +68,11 @@ static host_stream_t *stream_find(const host_drv_t *h, vpmm_stream_t key)
     return h->stream_cap ? h->stream_tab[stream_slot(h, key)] : NULL;
 }
 
+host_stream_t *vpmm_host_i_stream_find(const host_drv_t *h, vpmm_stream_t key)
+{
+    return stream_find(h, key);
+}
+
 /* Adds st under st->key, which must be new. Keeps the load factor ≤ 1/2. */
 static int stream_insert(host_drv_t *h, host_stream_t *st)
 {
@@ -73,12 +93,10 @@ static int stream_insert(host_drv_t *h, host_stream_t *st)
     return 0;
 }
 
-host_stream_t *vpmm_host_i_stream_get(host_drv_t *h, vpmm_stream_t key)
+/* A new record under key, which must be new (NULL when out of host memory). */
+static host_stream_t *stream_register(host_drv_t *h, vpmm_stream_t key)
 {
-    host_stream_t *st = stream_find(h, key);
-    if (st)
-        return st;
-    st = calloc(1, sizeof *st);
+    host_stream_t *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;
     st->key = key;
@@ -87,6 +105,129 @@ host_stream_t *vpmm_host_i_stream_get(host_drv_t *h, vpmm_stream_t key)
         return NULL;
     }
     return st;
+}
+
+/*
+ * A new record, not yet in the table, whose key is its own address: no live record can share
+ * it, and it cannot collide with the small integers tests use as streams. A foreign pointer
+ * registered earlier could equal it, so retry while the address is taken (keeping the rejects so
+ * malloc moves on). NULL when out of host memory.
+ */
+static host_stream_t *stream_new_synthetic(const host_drv_t *h)
+{
+    host_stream_t *reject[8];
+    size_t n_reject = 0;
+    host_stream_t *st = NULL;
+    while (n_reject < 8) {
+        st = calloc(1, sizeof *st);
+        if (!st || !stream_find(h, (vpmm_stream_t)(void *)st))
+            break;
+        reject[n_reject++] = st;
+        st = NULL;
+    }
+    while (n_reject)
+        free(reject[--n_reject]);
+    if (st)
+        st->key = (vpmm_stream_t)(void *)st;
+    return st;
+}
+
+/* ---- handle resolution -------------------------------------------------------------------- */
+
+static _Atomic uint64_t next_token = 1;
+static _Thread_local uint64_t my_token; /* 0 until this thread first needs one */
+
+/* The calling thread's token, drawn on first use; never 0, never reused. */
+static uint64_t thread_token(void)
+{
+    if (my_token == 0)
+        my_token = atomic_fetch_add(&next_token, 1);
+    return my_token;
+}
+
+uint64_t vpmm_host_i_next_token(void)
+{
+    return atomic_load(&next_token);
+}
+
+static int names_per_thread(const host_drv_t *h, vpmm_stream_t handle)
+{
+    return handle == HOST_STREAM_PER_THREAD || (handle == NULL && h->null_per_thread);
+}
+
+static int names_legacy(const host_drv_t *h, vpmm_stream_t handle)
+{
+    return handle == HOST_STREAM_LEGACY || (handle == NULL && !h->null_per_thread);
+}
+
+/* Index of the first ptds entry whose token is ≥ token. */
+static size_t ptds_lower(const host_drv_t *h, uint64_t token)
+{
+    size_t lo = 0, hi = h->n_ptds;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->ptds[mid].token < token)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The calling thread's per-thread stream, or NULL if it has none yet. */
+static host_stream_t *per_thread_find(const host_drv_t *h)
+{
+    uint64_t token = thread_token();
+    size_t i = ptds_lower(h, token);
+    return i < h->n_ptds && h->ptds[i].token == token ? h->ptds[i].stream : NULL;
+}
+
+/* The calling thread's per-thread stream, created (blocking, no work) if it has none yet. */
+static host_stream_t *per_thread_get(host_drv_t *h)
+{
+    host_stream_t *st = per_thread_find(h);
+    if (st)
+        return st;
+    uint64_t token = thread_token();
+    size_t i = ptds_lower(h, token);
+    if (RESERVE(h->ptds, h->ptds_cap, h->n_ptds + 1))
+        return NULL;
+    st = stream_new_synthetic(h);
+    if (!st)
+        return NULL;
+    st->thread = token;
+    st->blocking = 1;
+    if (stream_insert(h, st) != 0) {
+        free(st);
+        return NULL;
+    }
+    memmove(&h->ptds[i + 1], &h->ptds[i], (h->n_ptds - i) * sizeof *h->ptds);
+    h->ptds[i] = (host_ptds_t){ token, st };
+    h->n_ptds++;
+    return st;
+}
+
+/* The stream a handle names for the calling thread, or NULL if it has no record yet. */
+static host_stream_t *stream_lookup(const host_drv_t *h, vpmm_stream_t handle)
+{
+    if (names_per_thread(h, handle))
+        return per_thread_find(h);
+    if (names_legacy(h, handle))
+        return h->legacy;
+    return stream_find(h, handle);
+}
+
+host_stream_t *vpmm_host_i_stream_get(host_drv_t *h, vpmm_stream_t handle)
+{
+    host_stream_t *st = stream_lookup(h, handle);
+    if (st)
+        return st;
+    if (names_per_thread(h, handle))
+        return per_thread_get(h);
+    if (!names_legacy(h, handle))
+        return stream_register(h, handle);
+    h->legacy = stream_register(h, HOST_STREAM_LEGACY);
+    return h->legacy;
 }
 
 /* Reclaims the consumed prefix of the barrier array. */
@@ -133,6 +274,93 @@ static void complete_everything(host_drv_t *h)
             stream_complete_to(h->stream_tab[i], h->stream_tab[i]->enqueued);
 }
 
+/* ---- barriers ---------------------------------------------------------------------------- */
+
+/* The number of st's trailing barriers: those at st->enqueued, after its last work item. */
+static size_t trailing(const host_stream_t *st)
+{
+    size_t n = 0;
+    for (size_t i = st->bar_len; i > st->bar_head && st->bar[i - 1].at == st->enqueued; i--)
+        n++;
+    return n;
+}
+
+/* Appends a barrier at st->enqueued on (signaller, seq) unless it is satisfied; merges it with a
+ * trailing one on the same signaller instead, so repeated waits (and the implicit ones of the
+ * legacy stream) at one position keep one barrier per signaller. Room was reserved by the
+ * caller. */
+static void barrier_add(host_stream_t *st, host_stream_t *signaller, uint64_t seq)
+{
+    if (signaller == st || signaller->completed >= seq)
+        return;
+    for (size_t i = st->bar_len; i > st->bar_head && st->bar[i - 1].at == st->enqueued; i--) {
+        if (st->bar[i - 1].signaller == signaller) {
+            st->bar[i - 1].seq = VPMM_MAX(st->bar[i - 1].seq, seq);
+            return;
+        }
+    }
+    st->bar[st->bar_len++] = (host_barrier_t){ st->enqueued, signaller, seq };
+}
+
+/* ---- implicit synchronisation with the legacy stream -------------------------------------- */
+
+/* Barriers waiter needs to wait for everything enqueued on signaller so far (an upper bound). */
+static size_t point_room(const host_stream_t *signaller)
+{
+    return 1 + trailing(signaller);
+}
+
+/* waiter waits for everything enqueued on signaller so far: its last item and the waits after it,
+ * as an event recorded there would (waiter ≠ signaller; room reserved by the caller). */
+static void wait_point(host_stream_t *waiter, host_stream_t *signaller)
+{
+    size_t n = trailing(signaller);
+    barrier_add(waiter, signaller, signaller->enqueued);
+    for (size_t i = signaller->bar_len - n; i < signaller->bar_len; i++)
+        barrier_add(waiter, signaller->bar[i].signaller, signaller->bar[i].seq);
+}
+
+int vpmm_host_i_sync_refused(host_drv_t *h, const host_stream_t *st)
+{
+    int refused = 0;
+    if (st != h->legacy)
+        return 0;
+    for (size_t i = 0; i < h->n_ptds; i++) {
+        host_capture_t *c = h->ptds[i].stream->capture;
+        if (c) {
+            c->invalidated = 1; /* as CUDA: the capture would have gained an outside dependency */
+            refused = 1;
+        }
+    }
+    return refused;
+}
+
+size_t vpmm_host_i_sync_room(const host_drv_t *h, const host_stream_t *st)
+{
+    size_t n = 0;
+    if (st->capture)
+        return 0; /* its operations are graph nodes */
+    if (st == h->legacy) {
+        for (size_t i = 0; i < h->n_ptds; i++)
+            n += point_room(h->ptds[i].stream);
+    } else if (st->blocking && h->legacy) {
+        n = point_room(h->legacy);
+    }
+    return n;
+}
+
+void vpmm_host_i_sync_apply(host_drv_t *h, host_stream_t *st)
+{
+    if (st->capture)
+        return;
+    if (st == h->legacy) {
+        for (size_t i = 0; i < h->n_ptds; i++)
+            wait_point(st, h->ptds[i].stream);
+    } else if (st->blocking && h->legacy) {
+        wait_point(st, h->legacy);
+    }
+}
+
 /* ---- captures ----------------------------------------------------------------------------- */
 
 host_capture_t *vpmm_host_i_capture_find(const host_drv_t *h, uint64_t id)
@@ -161,19 +389,6 @@ static int event_done(const host_event_t *ev)
         if (ev->deps[i].signaller->completed < ev->deps[i].seq)
             return 0;
     return 1;
-}
-
-/* Appends a barrier at st->enqueued on (signaller, seq) unless it is satisfied; merges it with the
- * last one when that has the same signaller and position. Room was reserved by the caller. */
-static void barrier_add(host_stream_t *st, host_stream_t *signaller, uint64_t seq)
-{
-    host_barrier_t *last = st->bar_len > st->bar_head ? &st->bar[st->bar_len - 1] : NULL;
-    if (signaller == st || signaller->completed >= seq)
-        return;
-    if (last && last->at == st->enqueued && last->signaller == signaller)
-        last->seq = VPMM_MAX(last->seq, seq);
-    else
-        st->bar[st->bar_len++] = (host_barrier_t){ st->enqueued, signaller, seq };
 }
 
 vpmm_dres_t vpmm_host_i_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
@@ -214,11 +429,15 @@ vpmm_dres_t vpmm_host_i_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, v
     if (!ev)
         return vpmm_host_i_fail_invalid(h, e);
     host_stream_t *st = vpmm_host_i_stream_get(h, stream);
-    size_t ntrail = 0;
-    if (st && !st->capture)
-        for (size_t i = st->bar_len; i > st->bar_head && st->bar[i - 1].at == st->enqueued; i--)
-            ntrail++;
-    if (!st || RESERVE(ev->deps, ev->deps_cap, ntrail))
+    if (!st)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    if (vpmm_host_i_sync_refused(h, st))
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_IMPLICIT);
+    /* The implicit barriers become trailing ones, so the deps may hold them too. */
+    size_t nsync = vpmm_host_i_sync_room(h, st);
+    size_t ndeps = st->capture ? 0 : trailing(st) + nsync;
+    if (RESERVE(ev->deps, ev->deps_cap, ndeps) ||
+        RESERVE(st->bar, st->bar_cap, st->bar_len + nsync))
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     if (st->capture && st->capture->invalidated)
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
@@ -229,9 +448,10 @@ vpmm_dres_t vpmm_host_i_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, v
         ev->seq = 0;
         ev->capture_id = st->capture->id;
     } else {
+        vpmm_host_i_sync_apply(h, st);
         ev->seq = st->enqueued;
         ev->capture_id = 0;
-        for (size_t i = st->bar_len - ntrail; i < st->bar_len; i++)
+        for (size_t i = st->bar_len - trailing(st); i < st->bar_len; i++)
             if (st->bar[i].signaller->completed < st->bar[i].seq)
                 ev->deps[ev->ndeps++] = st->bar[i];
     }
@@ -273,8 +493,12 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
     if (!ev)
         return vpmm_host_i_fail_invalid(h, e);
     host_stream_t *st = vpmm_host_i_stream_get(h, stream);
-    if (!st || RESERVE(h->waits, h->waits_cap, h->n_waits + 1) ||
-        RESERVE(st->bar, st->bar_cap, st->bar_len + 1 + ev->ndeps))
+    if (!st)
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+    if (vpmm_host_i_sync_refused(h, st))
+        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_IMPLICIT);
+    if (RESERVE(h->waits, h->waits_cap, h->n_waits + 1) ||
+        RESERVE(st->bar, st->bar_cap, st->bar_len + 1 + ev->ndeps + vpmm_host_i_sync_room(h, st)))
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     host_capture_t *mine = st->capture;
     if (mine && mine->invalidated)
@@ -291,7 +515,7 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
             mine->invalidated = theirs->invalidated = 1;
             return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_MERGE);
         }
-        if ((uintptr_t)stream <= 1) {
+        if (st == h->legacy) {
             /* The legacy default stream cannot join a capture (CUDA: implicit dependency). */
             theirs->invalidated = 1;
             return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_IMPLICIT);
@@ -300,15 +524,19 @@ vpmm_dres_t vpmm_host_i_stream_wait_event(vpmm_driver_t *d, vpmm_stream_t stream
     } else if (mine) {
         mine->invalidated = 1;
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_ISOLATION);
-    } else if (ev->stream) {
-        /* Barriers are appended in `at` order: one on the event's point, one per wait before it
-         * (a wait on a stream's own point is a no-op: its work is ahead in the same stream). */
-        barrier_add(st, ev->stream, ev->seq);
-        for (size_t i = 0; i < ev->ndeps; i++)
-            barrier_add(st, ev->deps[i].signaller, ev->deps[i].seq);
+    } else {
+        /* Barriers are appended in `at` order: the implicit ones, one on the event's point, one
+         * per wait before it (a wait on a stream's own point is a no-op: its work is ahead in the
+         * same stream). */
+        vpmm_host_i_sync_apply(h, st);
+        if (ev->stream) {
+            barrier_add(st, ev->stream, ev->seq);
+            for (size_t i = 0; i < ev->ndeps; i++)
+                barrier_add(st, ev->deps[i].signaller, ev->deps[i].seq);
+        }
     }
     h->waits[h->n_waits++] = (vpmm_host_wait_t){
-        .waiter = stream,
+        .waiter = st->key,
         .signaller = ev->stream ? ev->stream->key : NULL,
         .signal_seq = ev->seq,
     };
@@ -325,7 +553,7 @@ vpmm_dres_t vpmm_host_i_capture_info(vpmm_driver_t *d, vpmm_stream_t stream,
     host_drv_t *h = (host_drv_t *)d;
     if (!out_status)
         return vpmm_host_i_fail_invalid(h, VPMM_DRV_CAPTURE_INFO);
-    const host_stream_t *st = stream_find(h, stream);
+    const host_stream_t *st = stream_lookup(h, stream);
     const host_capture_t *c = st ? st->capture : NULL;
     *out_status =
         !c ? VPMM_CAPTURE_NONE : (c->invalidated ? VPMM_CAPTURE_INVALIDATED : VPMM_CAPTURE_ACTIVE);
@@ -360,7 +588,7 @@ static vpmm_dres_t capture_begin(host_drv_t *h, vpmm_stream_t stream, vpmm_captu
     const vpmm_drv_entry_t e = VPMM_DRV_BEGIN_CAPTURE;
     if ((unsigned)mode > (unsigned)VPMM_CAPTURE_MODE_RELAXED)
         return vpmm_host_i_fail_invalid(h, e);
-    if ((uintptr_t)stream <= 1) /* CUDA: capture is not supported on the legacy default stream */
+    if (names_legacy(h, stream)) /* CUDA: capture is not supported on the legacy default stream */
         return vpmm_host_i_fail(h, e, VPMM_DRV_NOT_SUPPORTED, CODE_CAPTURE_UNSUPPORTED);
     host_stream_t *st = vpmm_host_i_stream_get(h, stream);
     if (st && st->capture)
@@ -392,7 +620,7 @@ static vpmm_dres_t capture_begin(host_drv_t *h, vpmm_stream_t stream, vpmm_captu
 static vpmm_dres_t capture_end(host_drv_t *h, vpmm_stream_t stream, host_graph_t **out)
 {
     const vpmm_drv_entry_t e = VPMM_DRV_END_CAPTURE;
-    host_stream_t *st = stream_find(h, stream);
+    host_stream_t *st = stream_lookup(h, stream);
     host_capture_t *c = st ? st->capture : NULL;
     if (!c)
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
@@ -440,65 +668,80 @@ vpmm_dres_t vpmm_host_i_end_capture(vpmm_driver_t *d, vpmm_stream_t stream, vpmm
 
 /* ---- test controls ------------------------------------------------------------------------ */
 
-vpmm_stream_t vpmm_host_stream_create(vpmm_driver_t *d)
+/* The instance behind d with its lock held, or NULL (nothing held) when d is not a host backend.
+ * The controls take the lock the entries take, so a test's threads may drive their per-thread
+ * streams while the pool runs on others (driver_host.h). */
+static host_drv_t *lock_host(vpmm_driver_t *d)
 {
     host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h)
-        return NULL;
-    /* The token is the record's own address: no live stream record can share it, and it cannot
-     * collide with small integers tests use as streams. A foreign pointer registered earlier could
-     * equal it, so retry while the address is taken (keeping the rejects so malloc moves on). */
-    host_stream_t *reject[8];
-    size_t n_reject = 0;
-    host_stream_t *st = NULL;
-    while (n_reject < 8) {
-        st = calloc(1, sizeof *st);
-        if (!st || !stream_find(h, (vpmm_stream_t)(void *)st))
-            break;
-        reject[n_reject++] = st;
+    if (h)
+        pthread_mutex_lock(&h->lock);
+    return h;
+}
+
+static void unlock_host(host_drv_t *h)
+{
+    if (h)
+        pthread_mutex_unlock(&h->lock);
+}
+
+vpmm_stream_t vpmm_host_stream_create(vpmm_driver_t *d)
+{
+    host_drv_t *h = lock_host(d);
+    host_stream_t *st = h ? stream_new_synthetic(h) : NULL;
+    if (st && stream_insert(h, st) != 0) {
+        free(st);
         st = NULL;
     }
-    while (n_reject)
-        free(reject[--n_reject]);
-    if (!st)
-        return NULL;
-    st->key = (vpmm_stream_t)(void *)st;
-    if (stream_insert(h, st) != 0) {
-        free(st);
-        return NULL;
-    }
-    return st->key;
+    unlock_host(h);
+    return st ? st->key : NULL;
+}
+
+vpmm_stream_t vpmm_host_thread_stream(vpmm_driver_t *d)
+{
+    host_drv_t *h = lock_host(d);
+    host_stream_t *st = h ? per_thread_get(h) : NULL;
+    unlock_host(h);
+    return st ? st->key : NULL;
+}
+
+/* Like a kernel launch: the implicit synchronisation first (or 0 and the captures invalidated). */
+static uint64_t enqueue(host_drv_t *h, vpmm_stream_t s)
+{
+    host_stream_t *st = vpmm_host_i_stream_get(h, s);
+    if (!st || st->capture || vpmm_host_i_sync_refused(h, st) ||
+        RESERVE(st->bar, st->bar_cap, st->bar_len + vpmm_host_i_sync_room(h, st)))
+        return 0;
+    vpmm_host_i_sync_apply(h, st);
+    return ++st->enqueued;
 }
 
 uint64_t vpmm_host_enqueue(vpmm_driver_t *d, vpmm_stream_t s)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    host_stream_t *st = h ? vpmm_host_i_stream_get(h, s) : NULL;
-    if (!st || st->capture)
-        return 0;
-    return ++st->enqueued;
+    host_drv_t *h = lock_host(d);
+    uint64_t seq = h ? enqueue(h, s) : 0;
+    unlock_host(h);
+    return seq;
 }
 
 void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    host_stream_t *st = h ? stream_find(h, s) : NULL;
-    if (!st)
-        return;
-    stream_complete_to(st, st->enqueued);
-    /* Waits after the last item are part of the stream too: what they wait on completes. */
-    for (size_t i = st->bar_head; i < st->bar_len; i++)
-        stream_complete_to(st->bar[i].signaller, st->bar[i].seq);
-    vpmm_host_i_graph_progress(h);
+    host_drv_t *h = lock_host(d);
+    host_stream_t *st = h ? stream_lookup(h, s) : NULL;
+    if (st) {
+        stream_complete_to(st, st->enqueued);
+        /* Waits after the last item are part of the stream too: what they wait on completes. */
+        for (size_t i = st->bar_head; i < st->bar_len; i++)
+            stream_complete_to(st->bar[i].signaller, st->bar[i].seq);
+        vpmm_host_i_graph_progress(h);
+    }
+    unlock_host(h);
 }
 
-size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
+/* Finishes up to n items of st in order, stopping at the first one whose waits are unsatisfied. */
+static size_t advance(host_stream_t *st, size_t n)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    host_stream_t *st = h ? stream_find(h, s) : NULL;
     size_t done = 0;
-    if (!st)
-        return 0;
     while (done < n && st->completed < st->enqueued) {
         uint64_t next = st->completed + 1;
         /* Live barriers have at ≥ completed, so those gating `next` sit at the head. Drop them
@@ -514,53 +757,74 @@ size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
     }
 blocked:
     stream_compact(st);
-    vpmm_host_i_graph_progress(h);
+    return done;
+}
+
+size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
+{
+    host_drv_t *h = lock_host(d);
+    host_stream_t *st = h ? stream_lookup(h, s) : NULL;
+    size_t done = 0;
+    if (st) {
+        done = advance(st, n);
+        vpmm_host_i_graph_progress(h);
+    }
+    unlock_host(h);
     return done;
 }
 
 void vpmm_host_complete_all(vpmm_driver_t *d)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h)
-        return;
-    complete_everything(h);
-    vpmm_host_i_graph_progress(h);
+    host_drv_t *h = lock_host(d);
+    if (h) {
+        complete_everything(h);
+        vpmm_host_i_graph_progress(h);
+    }
+    unlock_host(h);
 }
 
 int vpmm_host_stream_idle(vpmm_driver_t *d, vpmm_stream_t s)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    const host_stream_t *st = h ? stream_find(h, s) : NULL;
-    return !st || st->completed == st->enqueued;
+    host_drv_t *h = lock_host(d);
+    const host_stream_t *st = h ? stream_lookup(h, s) : NULL;
+    int idle = !st || st->completed == st->enqueued;
+    unlock_host(h);
+    return idle;
 }
 
 uint64_t vpmm_host_stream_enqueued(vpmm_driver_t *d, vpmm_stream_t s)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    const host_stream_t *st = h ? stream_find(h, s) : NULL;
-    return st ? st->enqueued : 0;
+    host_drv_t *h = lock_host(d);
+    const host_stream_t *st = h ? stream_lookup(h, s) : NULL;
+    uint64_t n = st ? st->enqueued : 0;
+    unlock_host(h);
+    return n;
 }
 
 uint64_t vpmm_host_stream_completed(vpmm_driver_t *d, vpmm_stream_t s)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    const host_stream_t *st = h ? stream_find(h, s) : NULL;
-    return st ? st->completed : 0;
+    host_drv_t *h = lock_host(d);
+    const host_stream_t *st = h ? stream_lookup(h, s) : NULL;
+    uint64_t n = st ? st->completed : 0;
+    unlock_host(h);
+    return n;
 }
 
 vpmm_dres_t vpmm_host_begin_capture(vpmm_driver_t *d, vpmm_stream_t s, uint64_t *out_id)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h)
-        return VPMM_DRV_INVALID;
-    if (!out_id)
-        return vpmm_host_i_fail_invalid(h, VPMM_DRV_BEGIN_CAPTURE);
-    return capture_begin(h, s, VPMM_CAPTURE_MODE_GLOBAL, out_id);
+    host_drv_t *h = lock_host(d);
+    vpmm_dres_t res = VPMM_DRV_INVALID;
+    if (h && !out_id)
+        res = vpmm_host_i_fail_invalid(h, VPMM_DRV_BEGIN_CAPTURE);
+    else if (h)
+        res = capture_begin(h, s, VPMM_CAPTURE_MODE_GLOBAL, out_id);
+    unlock_host(h);
+    return res;
 }
 
 vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
+    host_drv_t *h = lock_host(d);
     if (!h)
         return VPMM_DRV_INVALID;
     host_graph_t *g = NULL;
@@ -568,28 +832,34 @@ vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s)
     if (res == VPMM_DRV_OK)
         vpmm_host_i_graph_free(h, g); /* nobody asked for the graph */
     vpmm_host_i_graph_progress(h);
+    unlock_host(h);
     return res;
 }
 
 size_t vpmm_host_wait_count(vpmm_driver_t *d)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    return h ? h->n_waits : 0;
+    host_drv_t *h = lock_host(d);
+    size_t n = h ? h->n_waits : 0;
+    unlock_host(h);
+    return n;
 }
 
 vpmm_host_wait_t vpmm_host_wait_at(vpmm_driver_t *d, size_t i)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h || i >= h->n_waits)
-        return (vpmm_host_wait_t){ 0 };
-    return h->waits[i];
+    host_drv_t *h = lock_host(d);
+    vpmm_host_wait_t w = { 0 };
+    if (h && i < h->n_waits)
+        w = h->waits[i];
+    unlock_host(h);
+    return w;
 }
 
 void vpmm_host_wait_clear(vpmm_driver_t *d)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
+    host_drv_t *h = lock_host(d);
     if (h)
         h->n_waits = 0;
+    unlock_host(h);
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
@@ -615,5 +885,6 @@ void vpmm_host_i_stream_fini(host_drv_t *h)
     }
     free(h->events.slots);
     free(h->stream_tab);
+    free(h->ptds);
     free(h->waits);
 }

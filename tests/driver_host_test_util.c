@@ -7,8 +7,13 @@
 vpmm_driver_t *open_host(size_t gran, size_t limit)
 {
     vpmm_host_options_t opt = { .granularity = gran, .memory_limit = limit };
+    return open_host_opt(&opt);
+}
+
+vpmm_driver_t *open_host_opt(const vpmm_host_options_t *opt)
+{
     vpmm_driver_t *d = NULL;
-    assert_int_equal(vpmm_host_open(&opt, &d), VPMM_DRV_OK);
+    assert_int_equal(vpmm_host_open(opt, &d), VPMM_DRV_OK);
     assert_non_null(d);
     CHECKED(d);
     return d;

@@ -27,16 +27,22 @@
 #define TiB ((size_t)1 << 40)
 #define G   (2 * MiB)
 
-/* Streams as tests name them: any pointer value is a stream. */
+/* Streams as tests name them: any pointer value but CUDA's special handles is a stream of its
+ * own (non-blocking). */
 #define S1 ((vpmm_stream_t)(uintptr_t)0x1001)
 #define S2 ((vpmm_stream_t)(uintptr_t)0x1002)
 #define S3 ((vpmm_stream_t)(uintptr_t)0x1003)
+/* CU_STREAM_LEGACY and CU_STREAM_PER_THREAD (driver_host.h, "streams"). */
+#define LEGACY     ((vpmm_stream_t)(uintptr_t)0x1)
+#define PER_THREAD ((vpmm_stream_t)(uintptr_t)0x2)
 
 #define CHECKED(d) assert_int_equal(vpmm_host_check((d), 1), 0)
 
 /* Opens a host instance (0 = the backend's default granularity / memory limit); fails the test
  * on error. */
 vpmm_driver_t *open_host(size_t gran, size_t limit);
+/* Opens a host instance with every option given; fails the test on error. */
+vpmm_driver_t *open_host_opt(const vpmm_host_options_t *opt);
 /* Checks the instance one last time and closes it. */
 void close_host(vpmm_driver_t *d);
 

@@ -1,11 +1,11 @@
 /*
  * test_driver_host.c — tests of the host emulation backend's basics and memory side
  * (src/driver_host.c): entry names, open options, the controls' refusal of a foreign driver, VA
- * reservations, close() releasing everything, handles and the memory limit, map/unmap/set_access
- * validation, real aliasing, deferred release, and the fd budget (thousands of handles, one memfd),
- * with a random run against a small model. Streams, events and capture are tested in
- * test_driver_host_stream.c, graphs and user objects in test_driver_host_graph.c; the helpers the
- * three share are in driver_host_test_util.h.
+ * reservations and their limit (va_limit), close() releasing everything, handles and the memory
+ * limit, map/unmap/set_access validation, real aliasing, deferred release, and the fd budget
+ * (thousands of handles, one memfd), with a random run against a small model. Streams, events and
+ * capture are tested in test_driver_host_stream.c, graphs and user objects in
+ * test_driver_host_graph.c; the helpers the three share are in driver_host_test_util.h.
  *
  * Every test opens its own instance and calls vpmm_host_check() after each mutation (CHECKED)
  * and before closing. Inaccessible memory is never touched: protections are read from the
@@ -223,6 +223,8 @@ static void test_controls_reject_foreign_driver(void **state)
     uint64_t id = 7;
     assert_null(vpmm_host_stream_create(NULL));
     assert_null(vpmm_host_stream_create(&fake));
+    assert_null(vpmm_host_thread_stream(NULL));
+    assert_null(vpmm_host_thread_stream(&fake));
     assert_int_equal(vpmm_host_enqueue(&fake, S1), 0);
     vpmm_host_complete(&fake, S1);
     vpmm_host_complete_all(NULL);
@@ -301,6 +303,52 @@ static void test_reserve_free(void **state)
     expect_failure(d, d->va_free(d, hv, huge), VPMM_DRV_INVALID, 1, VPMM_DRV_VA_FREE);
     assert_int_equal(d->va_free(d, big, 4 * MiB), VPMM_DRV_OK);
     expect_empty(d);
+    close_host(d);
+}
+
+/* va_limit bounds the bytes reserved at once: past it va_reserve fails as cuMemAddressReserve does
+ * when the address space is exhausted, doing nothing, and freeing makes room again. */
+static void test_va_limit(void **state)
+{
+    (void)state;
+    vpmm_host_options_t opt = { .va_limit = 8 * G };
+    vpmm_driver_t *d = open_host_opt(&opt);
+    uintptr_t a = 0, b = 0, va = 0x1234;
+    assert_int_equal(d->va_reserve(d, 4 * G, 0, &a), VPMM_DRV_OK);
+    assert_int_equal(d->va_reserve(d, 3 * G, 2 * G, &b), VPMM_DRV_OK);
+    CHECKED(d);
+    vpmm_host_counts_t c;
+    vpmm_host_counts(d, &c);
+    assert_int_equal(c.reserved_bytes, 7 * G);
+
+    expect_failure(d, d->va_reserve(d, 2 * G, 0, &va), VPMM_DRV_OUT_OF_MEMORY, 2,
+                   VPMM_DRV_VA_RESERVE);
+    expect_failure(d, d->va_reserve(d, 9 * G, 0, &va), VPMM_DRV_OUT_OF_MEMORY, 2,
+                   VPMM_DRV_VA_RESERVE);
+    expect_failure(d, d->va_reserve(d, SIZE_MAX - G + 1, 0, &va), VPMM_DRV_OUT_OF_MEMORY, 2,
+                   VPMM_DRV_VA_RESERVE);
+    /* Bad arguments are still refused as such. */
+    expect_failure(d, d->va_reserve(d, G + 4096, 0, &va), VPMM_DRV_INVALID, 1, VPMM_DRV_VA_RESERVE);
+    assert_int_equal(va, 0x1234);
+    expect_same_counts(d, &c);
+    CHECKED(d);
+
+    /* Exactly up to the limit fits; freeing makes room again. */
+    assert_int_equal(d->va_reserve(d, G, 0, &va), VPMM_DRV_OK);
+    expect_failure(d, d->va_reserve(d, G, 0, &va), VPMM_DRV_OUT_OF_MEMORY, 2, VPMM_DRV_VA_RESERVE);
+    assert_int_equal(d->va_free(d, a, 4 * G), VPMM_DRV_OK);
+    assert_int_equal(d->va_reserve(d, 4 * G, 0, &a), VPMM_DRV_OK);
+    CHECKED(d);
+    assert_int_equal(d->va_free(d, a, 4 * G), VPMM_DRV_OK);
+    assert_int_equal(d->va_free(d, b, 3 * G), VPMM_DRV_OK);
+    assert_int_equal(d->va_free(d, va, G), VPMM_DRV_OK);
+    expect_empty(d);
+    close_host(d);
+
+    /* 0 is unlimited (the default). */
+    d = open_host(0, 0);
+    assert_int_equal(d->va_reserve(d, 64 * G, 0, &a), VPMM_DRV_OK);
+    assert_int_equal(d->va_free(d, a, 64 * G), VPMM_DRV_OK);
     close_host(d);
 }
 
@@ -888,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_open_options),
         cmocka_unit_test(test_controls_reject_foreign_driver),
         cmocka_unit_test(test_reserve_free),
+        cmocka_unit_test(test_va_limit),
         cmocka_unit_test(test_close_releases_everything),
         cmocka_unit_test(test_create_release_limit),
         cmocka_unit_test(test_memory_returned),
