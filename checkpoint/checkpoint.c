@@ -30,8 +30,8 @@
 
 typedef struct ck_alloc {
     uintptr_t addr;
-    size_t size;      /* rounded, as the region */
-    size_t requested; /* the caller's size */
+    size_t size;              /* rounded, as the region */
+    size_t requested;         /* the caller's size */
     vpmm_stream_key_t stream; /* a per-thread stream's owner included (internal.h) */
 } ck_alloc_t;
 

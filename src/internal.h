@@ -110,11 +110,11 @@ typedef struct vpmm_view {
     uintptr_t addr;
     size_t size;
     vpmm_region_state_t state;
-    int ready;             /* FREE: not pending on a stream */
-    int chunk_last;        /* the last region of its chunk (a rewrite never crosses one) */
-    size_t requested;      /* ALLOCATED: the caller's size */
+    int ready;                /* FREE: not pending on a stream */
+    int chunk_last;           /* the last region of its chunk (a rewrite never crosses one) */
+    size_t requested;         /* ALLOCATED: the caller's size */
     vpmm_stream_key_t stream; /* ALLOCATED: its stream */
-    vpmm_region_t *region; /* for vpmm_i_rewrite */
+    vpmm_region_t *region;    /* for vpmm_i_rewrite */
 } vpmm_view_t;
 
 /* a's regions in address order, chunk after chunk: first, then next until NULL. */

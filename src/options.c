@@ -286,10 +286,9 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     o.max_bytes = config->max_bytes ? config->max_bytes : env_max;
     o.max_bytes_src = config->max_bytes ? VPMM_FROM_CONFIG : max_src;
     o.verbose = config->verbose >= 0 ? config->verbose : (int)env_verbose;
-    o.per_thread_default =
-        (config->default_stream != VPMM_DEFAULT_STREAM_UNSET ? config->default_stream
-                                                             : env_default) ==
-        VPMM_DEFAULT_STREAM_PER_THREAD;
+    o.per_thread_default = (config->default_stream != VPMM_DEFAULT_STREAM_UNSET
+                                ? config->default_stream
+                                : env_default) == VPMM_DEFAULT_STREAM_PER_THREAD;
     *out = o;
     return VPMM_SUCCESS;
 }

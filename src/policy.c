@@ -123,8 +123,8 @@ static size_t whole_pages(const vpmm_pool_t *p, const vpmm_region_t *r)
  */
 typedef struct span_search {
     vpmm_plan_t *best;
-    size_t supply;    /* SIZE_MAX: fewest pages mapped; else fewest created */
-    size_t best_new;  /* pages the best candidate creates (fewest-created search) */
+    size_t supply;   /* SIZE_MAX: fewest pages mapped; else fewest created */
+    size_t best_new; /* pages the best candidate creates (fewest-created search) */
 } span_search_t;
 
 /* A candidate span: k pages into hole h, extending left/right; smaller (created if asked, k, hole

@@ -218,7 +218,8 @@ fail_drv:
 
 static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
 {
-    vpmm_host_options_t host = { .memory_limit = opt->host_memory };
+    vpmm_host_options_t host = { .memory_limit = opt->host_memory,
+                                 .per_thread_default_stream = opt->per_thread_default };
     vpmm_dres_t r;
     vpmm_backend_t b = opt->backend;
 

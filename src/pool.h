@@ -199,7 +199,7 @@ struct vpmm_pool {
     vpmm_arena_t shared;
     vpmm_arena_t *privates; /* private arenas (graph pools) */
     size_t private_count;
-    unsigned captures; /* captures in progress, all arenas (the sum of their `captures`) */
+    unsigned captures;          /* captures in progress, all arenas (the sum of their `captures`) */
     struct vpmm_graphs *graphs; /* graph/'s state (graph pools, captures); NULL until used */
     vpmm_region_t *zombie_head, *zombie_tail;
     vpmm_hmap_t allocs; /* address -> ALLOCATED region */
@@ -222,14 +222,14 @@ struct vpmm_pool {
     void **slabs; /* blocks of region nodes, freed at destroy */
     size_t slab_count, slab_cap;
 
-    uint64_t clock;           /* increments on every free */
-    size_t cached_bytes;      /* in every stream's cache (cache.c) */
-    unsigned grow_streak;     /* same-size growths in a row with no free in between (policy.c) */
-    size_t grow_req;          /* pages of the request behind the last growth */
-    uint64_t grow_frees_mark; /* c.frees at the last growth */
-    size_t cache_limit;       /* cached_bytes may not exceed it: opt.cache_percent of mapped */
+    uint64_t clock;             /* increments on every free */
+    size_t cached_bytes;        /* in every stream's cache (cache.c) */
+    unsigned grow_streak;       /* same-size growths in a row with no free in between (policy.c) */
+    size_t grow_req;            /* pages of the request behind the last growth */
+    uint64_t grow_frees_mark;   /* c.frees at the last growth */
+    size_t cache_limit;         /* cached_bytes may not exceed it: opt.cache_percent of mapped */
     vpmm_oom_cause_t oom_cause; /* what refused the malloc being reported (report.c) */
-    char oom_report[1536];    /* the last out-of-memory report (report.c) */
+    char oom_report[1536];      /* the last out-of-memory report (report.c) */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
     const char *drv_call;

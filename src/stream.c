@@ -88,7 +88,6 @@ vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key)
     return s;
 }
 
-
 /* Destroys an event, with a second try: a transient failure must not leak it. */
 static vpmm_status_t event_destroy(vpmm_pool_t *p, vpmm_drv_event_t ev)
 {

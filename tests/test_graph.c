@@ -636,7 +636,8 @@ static void test_capture_uses_cached_pages_under_cap(void **state)
         vpmm_graph_t g;
         void *x, *y;
         (void)state;
-        tpool_open(&t, &(tpool_params_t){ .max_bytes = 4 * MiB, .cache_percent = cache ? 100 : -1 });
+        tpool_open(&t,
+                   &(tpool_params_t){ .max_bytes = 4 * MiB, .cache_percent = cache ? 100 : -1 });
         s = vpmm_host_stream_create(t.host);
         o = vpmm_host_stream_create(t.host);
         x = tmalloc(t.pool, 4 * MiB, o);

@@ -157,8 +157,8 @@ static void test_movable_pages_only(void **state)
     tpool_open(&t, &(tpool_params_t){ .memory_limit = 1 * GiB + 8 * MiB, .cache_percent = -1 });
     s = vpmm_host_stream_create(t.host);
     c = vpmm_host_stream_create(t.host);
-    x = tmalloc(t.pool, 4 * MiB, c);  /* two one-page handles */
-    big = tmalloc(t.pool, GiB, s); /* one 1 GiB handle */
+    x = tmalloc(t.pool, 4 * MiB, c); /* two one-page handles */
+    big = tmalloc(t.pool, GiB, s);   /* one 1 GiB handle */
     tfree(t.pool, big);
     small = tmalloc(t.pool, 4096, s); /* in the big handle: it can no longer move */
     assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);

@@ -1,7 +1,14 @@
 /*
  * test_stream.c — stream.c: tracked-stream lookup, lazily recorded markers, polling in order and
- * promotion to ready, marker ring growth, event reuse, capture refusal and stream retirement.
+ * promotion to ready, marker ring growth, event reuse, capture refusal and stream retirement; and
+ * stream identity: a per-thread handle (cudaStreamPerThread, and stream 0 of a program built with
+ * per-thread default streams) names a different stream in each thread, so memory freed on one
+ * thread's is reused by another's only after its work — checked with real threads on the host
+ * backend, which emulates per-thread streams and the legacy stream's implicit synchronisation.
+ * Threads only call vpmm and note results; every assertion runs on the test's own thread.
  */
+#include <pthread.h>
+
 #include "test_util.h"
 
 static void lock(tpool_t *t)
@@ -187,6 +194,267 @@ static void test_retire_then_collect(void **state)
     tpool_close(&t);
 }
 
+/* ---- per-thread streams -----------------------------------------------------------------------
+ */
+
+/* Runs fn(arg) on a new thread and waits for it: calls from "another thread", in a fixed order. */
+static void on_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fn, arg), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+}
+
+typedef struct job {
+    tpool_t *t;
+    vpmm_stream_t stream; /* the handle the thread passes (0x2, 0, or a created stream) */
+    size_t size;
+    void *ptr;         /* in: to free (free_on_thread); out: the allocation */
+    vpmm_stream_t key; /* out: the host key of the thread's own per-thread stream */
+    vpmm_status_t st;
+    int enqueue; /* enqueue one work item on `stream` after the malloc */
+    int free_it; /* free the allocation before returning */
+} job_t;
+
+/* malloc on the thread's own stream, maybe enqueue work there, maybe free: no assertion here. */
+static void *malloc_job(void *arg)
+{
+    job_t *j = arg;
+    j->key = vpmm_host_thread_stream(j->t->host);
+    j->st = vpmm_malloc(j->t->pool, j->size, j->stream, &j->ptr);
+    if (j->st == VPMM_SUCCESS && j->enqueue)
+        vpmm_host_enqueue(j->t->host, j->stream);
+    if (j->st == VPMM_SUCCESS && j->free_it)
+        j->st = vpmm_free(j->t->pool, j->ptr);
+    return NULL;
+}
+
+/*
+ * Thread A allocates 16 MiB on its per-thread stream, enqueues work that uses it and frees it
+ * (stream-ordered). Thread B then allocates 16 MiB on `b_stream`. Whatever B gets, work B enqueues
+ * after its malloc must not run before A's work: B got other memory, or B's stream waits for A's.
+ * (Keyed by handle alone, B's 0x2 was A's 0x2: B took A's block from "its own" cache with no wait.)
+ */
+static void per_thread_then(vpmm_stream_t a_stream, vpmm_stream_t b_stream, int ptds)
+{
+    tpool_t t;
+    job_t a, b;
+    vpmm_stream_t akey, bkey;
+    tpool_open(&t, &(tpool_params_t){ .per_thread_default = ptds });
+    a = (job_t){ .t = &t, .stream = a_stream, .size = 16 * MiB, .enqueue = 1, .free_it = 1 };
+    on_thread(malloc_job, &a);
+    assert_int_equal(a.st, VPMM_SUCCESS);
+    CHECK_POOL(t.pool);
+    /* The host keys of the streams the threads used (a per-thread one: the thread's own). */
+    akey = a_stream == VPMM_STREAM_PER_THREAD || (a_stream == NULL && ptds) ? a.key : a_stream;
+    assert_false(vpmm_host_stream_idle(t.host, akey)); /* A's work is still running */
+    b = (job_t){ .t = &t, .stream = b_stream, .size = 16 * MiB, .enqueue = 1 };
+    on_thread(malloc_job, &b);
+    assert_int_equal(b.st, VPMM_SUCCESS);
+    CHECK_POOL(t.pool);
+    bkey = b_stream == VPMM_STREAM_PER_THREAD || (b_stream == NULL && ptds) ? b.key : b_stream;
+    if (b.ptr == a.ptr) {
+        /* A's block: B's work must wait for A's. */
+        assert_int_equal(vpmm_host_advance(t.host, bkey, 1), 0);
+        assert_true(tstats(t.pool).cross_stream_waits >= 1);
+        vpmm_host_complete(t.host, akey);
+        assert_int_equal(vpmm_host_advance(t.host, bkey, 1), 1);
+    } else {
+        assert_true(tstats(t.pool).mapped_bytes >= 32 * MiB);
+    }
+    print_message("A %p -> B %p: B %s A's block\n", (void *)a_stream, (void *)b_stream,
+                  b.ptr == a.ptr ? "got" : "did not get");
+    vpmm_host_complete_all(t.host);
+    tfree(t.pool, b.ptr);
+    tpool_close(&t);
+}
+
+static void test_per_thread_streams_are_distinct(void **state)
+{
+    (void)state;
+    per_thread_then(VPMM_STREAM_PER_THREAD, VPMM_STREAM_PER_THREAD, 0);
+}
+
+static void test_per_thread_then_other_streams(void **state)
+{
+    vpmm_stream_t created = (vpmm_stream_t)(uintptr_t)0x7700; /* a non-blocking stream */
+    (void)state;
+    per_thread_then(VPMM_STREAM_PER_THREAD, created, 0);
+    per_thread_then(VPMM_STREAM_PER_THREAD, VPMM_STREAM_LEGACY, 0);
+    per_thread_then(VPMM_STREAM_PER_THREAD, NULL, 0);
+    per_thread_then(created, VPMM_STREAM_PER_THREAD, 0);
+    per_thread_then(NULL, VPMM_STREAM_PER_THREAD, 0);
+}
+
+/* In a program built with per-thread default streams, stream 0 is each thread's own. */
+static void test_stream_zero_per_thread(void **state)
+{
+    (void)state;
+    per_thread_then(NULL, NULL, 1);
+    per_thread_then(NULL, VPMM_STREAM_PER_THREAD, 1);
+    per_thread_then(VPMM_STREAM_LEGACY, NULL, 1);
+}
+
+/* The key of a per-thread handle carries its thread; 0 is per-thread only when configured. */
+static void test_stream_keys(void **state)
+{
+    tpool_t t;
+    vpmm_stream_key_t k;
+    (void)state;
+    tpool_open(&t, NULL);
+    k = vpmm_i_stream_key(t.pool, VPMM_STREAM_PER_THREAD);
+    assert_ptr_equal(k.handle, VPMM_STREAM_PER_THREAD);
+    assert_int_equal(k.owner, vpmm_i_thread_token());
+    assert_true(vpmm_i_stream_key_here(k));
+    k = vpmm_i_stream_key(t.pool, NULL);
+    assert_null(k.handle);
+    assert_int_equal(k.owner, 0);
+    k = vpmm_i_stream_key(t.pool, VPMM_STREAM_LEGACY);
+    assert_int_equal(k.owner, 0);
+    assert_false(vpmm_i_stream_key_here(
+        (vpmm_stream_key_t){ VPMM_STREAM_PER_THREAD, vpmm_i_thread_token() + 1 }));
+    tpool_close(&t);
+    tpool_open(&t, &(tpool_params_t){ .per_thread_default = 1 });
+    k = vpmm_i_stream_key(t.pool, NULL);
+    assert_ptr_equal(k.handle, VPMM_STREAM_PER_THREAD);
+    assert_int_equal(k.owner, vpmm_i_thread_token());
+    tpool_close(&t);
+}
+
+/* A's block, freed by the main thread (any thread may free): B, on a created stream, still waits
+ * for A's per-thread stream — through a marker the main thread could not record on A's stream. */
+static void test_cross_thread_free_of_per_thread_block(void **state)
+{
+    tpool_t t;
+    job_t a, b;
+    vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x7701;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = (job_t){ .t = &t, .stream = VPMM_STREAM_PER_THREAD, .size = 16 * MiB, .enqueue = 1 };
+    on_thread(malloc_job, &a);
+    tfree(t.pool, a.ptr);
+    b.ptr = tmalloc(t.pool, 16 * MiB, s);
+    vpmm_host_enqueue(t.host, s);
+    assert_ptr_equal(b.ptr, a.ptr); /* taken with a GPU-side wait */
+    assert_int_equal(vpmm_host_advance(t.host, s, 1), 0);
+    vpmm_host_complete(t.host, a.key);
+    assert_int_equal(vpmm_host_advance(t.host, s, 1), 1);
+    tfree(t.pool, b.ptr);
+    tpool_close(&t);
+}
+
+/*
+ * While a capture is in progress no marker goes to the legacy stream (legacy work that depends on
+ * a capturing blocking stream would invalidate the capture): memory pending on another thread's
+ * per-thread stream stays pending, and B grows instead. The capture — on a per-thread stream, a
+ * blocking one — survives and ends cleanly.
+ */
+typedef struct capture_job {
+    tpool_t *t;
+    vpmm_graph_pool_t *gp;
+    int end; /* 0: begin the capture; 1: end it */
+    vpmm_graph_t graph;
+    vpmm_status_t st;
+} capture_job_t;
+
+static pthread_mutex_t cap_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cap_cv = PTHREAD_COND_INITIALIZER;
+static int cap_step;
+
+/* Begins a capture on its own per-thread stream, waits to be told, ends it (same thread: global
+ * mode). */
+static void *capture_thread(void *arg)
+{
+    capture_job_t *c = arg;
+    c->st =
+        vpmm_capture_begin(c->t->pool, c->gp, VPMM_STREAM_PER_THREAD, VPMM_STREAM_CAPTURE_GLOBAL);
+    pthread_mutex_lock(&cap_mu);
+    cap_step = 1;
+    pthread_cond_broadcast(&cap_cv);
+    while (cap_step != 2)
+        pthread_cond_wait(&cap_cv, &cap_mu);
+    pthread_mutex_unlock(&cap_mu);
+    if (c->st == VPMM_SUCCESS)
+        c->st = vpmm_capture_end(c->t->pool, VPMM_STREAM_PER_THREAD, &c->graph);
+    return NULL;
+}
+
+static void test_no_legacy_marker_during_capture(void **state)
+{
+    tpool_t t;
+    job_t a;
+    capture_job_t c;
+    pthread_t th;
+    vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x7702;
+    void *y;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = (job_t){
+        .t = &t, .stream = VPMM_STREAM_PER_THREAD, .size = 16 * MiB, .enqueue = 1, .free_it = 1
+    };
+    on_thread(malloc_job, &a);
+    vpmm_host_complete(t.host, a.key); /* done, but nobody has recorded a marker for it */
+    c = (capture_job_t){ .t = &t };
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &c.gp), VPMM_SUCCESS);
+    cap_step = 0;
+    assert_int_equal(pthread_create(&th, NULL, capture_thread, &c), 0);
+    pthread_mutex_lock(&cap_mu);
+    while (cap_step != 1)
+        pthread_cond_wait(&cap_cv, &cap_mu);
+    pthread_mutex_unlock(&cap_mu);
+    assert_int_equal(c.st, VPMM_SUCCESS);
+
+    y = tmalloc(t.pool, 16 * MiB, s); /* must not record on legacy now */
+    assert_ptr_not_equal(y, a.ptr);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 32 * MiB);
+
+    pthread_mutex_lock(&cap_mu);
+    cap_step = 2;
+    pthread_cond_broadcast(&cap_cv);
+    pthread_mutex_unlock(&cap_mu);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(c.st, VPMM_SUCCESS); /* not invalidated */
+    assert_non_null(c.graph);
+    CHECK_POOL(t.pool);
+    /* The capture over, A's memory can be taken again (a marker on the legacy stream now). */
+    {
+        void *z = tmalloc(t.pool, 16 * MiB, s);
+        assert_ptr_equal(z, a.ptr);
+        tfree(t.pool, z);
+    }
+    tfree(t.pool, y);
+    assert_int_equal(vpmm_graph_destroy(t.pool, c.graph), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(c.gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/* Records of threads that come and go are freed once they hold nothing. */
+static void *come_and_go(void *arg)
+{
+    job_t *j = arg;
+    (void)malloc_job(j);
+    (void)vpmm_trim(j->t->pool, 0, NULL); /* its own slow path marks its own stream */
+    return NULL;
+}
+
+static void test_records_of_departed_threads_are_freed(void **state)
+{
+    tpool_t t;
+    (void)state;
+    tpool_open(&t, NULL);
+    for (int i = 0; i < 50; i++) {
+        job_t j = { .t = &t, .stream = VPMM_STREAM_PER_THREAD, .size = 3 * MiB, .free_it = 1 };
+        on_thread(come_and_go, &j);
+        assert_int_equal(j.st, VPMM_SUCCESS);
+        CHECK_POOL(t.pool);
+    }
+    assert_true(t.pool->stream_count <= 2);
+    assert_int_equal(vpmm_trim(t.pool, 0, NULL), VPMM_SUCCESS);
+    assert_int_equal(t.pool->stream_count, 0);
+    CHECK_POOL(t.pool);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +464,13 @@ int main(void)
         cmocka_unit_test(test_ring_grows_and_events_are_reused),
         cmocka_unit_test(test_no_marker_on_capturing_stream),
         cmocka_unit_test(test_retire_then_collect),
+        cmocka_unit_test(test_stream_keys),
+        cmocka_unit_test(test_per_thread_streams_are_distinct),
+        cmocka_unit_test(test_per_thread_then_other_streams),
+        cmocka_unit_test(test_stream_zero_per_thread),
+        cmocka_unit_test(test_cross_thread_free_of_per_thread_block),
+        cmocka_unit_test(test_no_legacy_marker_during_capture),
+        cmocka_unit_test(test_records_of_departed_threads_are_freed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -248,8 +248,8 @@ static void test_cap_tries_the_placement_that_creates_least(void **state)
     tpool_open(&t, &(tpool_params_t){ .max_bytes = 22 * MiB, .cache_percent = -1 });
     s = vpmm_host_stream_create(t.host);
     c = vpmm_host_stream_create(t.host);
-    a = tmalloc(t.pool, 10 * MiB, s); /* pages 0-4 */
-    b = tmalloc(t.pool, 2 * MiB, s);  /* page 5 */
+    a = tmalloc(t.pool, 10 * MiB, s);  /* pages 0-4 */
+    b = tmalloc(t.pool, 2 * MiB, s);   /* page 5 */
     cc = tmalloc(t.pool, 10 * MiB, s); /* pages 6-10: the cap is reached */
     tfree(t.pool, b);
     assert_int_equal(vpmm_trim(t.pool, 0, &released), VPMM_SUCCESS); /* page 5 becomes a hole */

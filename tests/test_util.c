@@ -33,12 +33,16 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     cfg.va_size = params->va_size ? params->va_size : 32 * GiB; /* fits under valgrind too */
     cfg.prealloc_pages = params->prealloc;
     cfg.max_bytes = params->max_bytes;
+    if (params->per_thread_default)
+        cfg.default_stream = VPMM_DEFAULT_STREAM_PER_THREAD;
     if (params->cache_percent != 0)
         cfg.cache_percent = params->cache_percent < 0 ? 0 : params->cache_percent;
     assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
     if (fault == NULL) {
         vpmm_host_options_t ho = { .granularity = params->granularity,
-                                   .memory_limit = params->memory_limit };
+                                   .memory_limit = params->memory_limit,
+                                   .per_thread_default_stream = params->per_thread_default,
+                                   .va_limit = params->va_limit };
         vpmm_driver_t *host;
         assert_int_equal(vpmm_host_open(&ho, &host), VPMM_DRV_OK);
         assert_int_equal(vpmm_fault_wrap(host, &fault), VPMM_DRV_OK);
@@ -169,10 +173,11 @@ void assert_driver_matches_pool(const tpool_t *t)
 
 void tenv_unset_all(void)
 {
-    static const char *const vars[] = { "VPMM_PAGE_SIZE",     "VPMM_VA_SIZE",   "VPMM_PAGES",
-                                        "VPMM_BACKEND",       "VPMM_HOST_MEMORY",
-                                        "VPMM_CACHE_PERCENT", "VPMM_MAX_BYTES", "VPMM_VERBOSE",
-                                        "VPMM_DEFAULT_STREAM" };
+    static const char *const vars[] = {
+        "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
+        "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT",
+        "VPMM_MAX_BYTES", "VPMM_VERBOSE",     "VPMM_DEFAULT_STREAM"
+    };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         assert_int_equal(unsetenv(vars[i]), 0);
 }

@@ -33,13 +33,15 @@ typedef struct tpool {
 } tpool_t;
 
 typedef struct tpool_params {
-    size_t granularity;  /* 0 = 2 MiB */
-    size_t page_size;    /* 0 = granularity */
-    size_t va_size;      /* 0 = 32 GiB (tests keep VA small; valgrind caps the address space) */
-    size_t prealloc;     /* VPMM_PAGES */
-    size_t memory_limit; /* 0 = 80 GiB */
-    int cache_percent;   /* 0 = the pool's default, -1 = no cache, else the cap in percent */
-    size_t max_bytes;    /* VPMM_MAX_BYTES: 0 = no cap */
+    size_t granularity;     /* 0 = 2 MiB */
+    size_t page_size;       /* 0 = granularity */
+    size_t va_size;         /* 0 = 32 GiB (tests keep VA small; valgrind caps the address space) */
+    size_t prealloc;        /* VPMM_PAGES */
+    size_t memory_limit;    /* 0 = 80 GiB */
+    int cache_percent;      /* 0 = the pool's default, -1 = no cache, else the cap in percent */
+    size_t max_bytes;       /* VPMM_MAX_BYTES: 0 = no cap */
+    int per_thread_default; /* stream 0 is the calling thread's per-thread stream (pool and host) */
+    size_t va_limit;        /* the host backend's address space: 0 = unlimited */
 } tpool_params_t;
 
 /* Opens a test pool; fails the test on error. */
