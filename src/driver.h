@@ -35,6 +35,16 @@
  *     CUDA, invalidates the capture): callers never do it. The legacy default stream (NULL, or
  *     CU_STREAM_LEGACY = 0x1) is never captured — CUDA refuses to begin a capture on it, and so
  *     does the host backend — so callers may skip the query for it (the malloc hot path does).
+ *     Legacy-stream work (an event record, a wait) while a blocking stream — a per-thread stream
+ *     — is being captured fails and invalidates that capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT):
+ *     the core records on the legacy stream only while it knows of no capture.
+ *  6b. Stream handles. CU_STREAM_PER_THREAD (0x2) names the calling thread's own per-thread
+ *     stream, a different stream in each thread: only that thread may pass it (the core keys
+ *     streams by thread for it, internal.h). NULL is always the legacy stream here (the CUDA
+ *     backend looks its entry points up with CU_GET_PROC_ADDRESS_LEGACY_STREAM; the core turns
+ *     stream 0 of a per-thread program into CU_STREAM_PER_THREAD itself). The legacy stream waits
+ *     for the earlier work of every blocking stream (per-thread streams among them) and they for
+ *     its earlier work; the host backend emulates this (driver_host.h).
  *  7. Threads. A driver instance belongs to one pool. Its entries may be called from several
  *     threads at once: the pool calls most of them under its lock, but creates and releases
  *     handles outside it (pool.c, trim.c), so those slow calls do not block other threads. The

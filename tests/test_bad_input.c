@@ -18,6 +18,7 @@
  * Environment rows run between tenv_clear (test_util.c), which unset every VPMM_* variable, so no
  * row sees another's settings or the caller's shell. Single-threaded, like every core test.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -936,6 +937,83 @@ static void test_capture_begin_legacy_stream(void **state)
     gfx_close(&x);
 }
 
+/* Stream 0 of a program built with per-thread default streams is the calling thread's own
+ * stream: it can be captured (not refused as the legacy stream), and its allocations come from
+ * the graph pool. */
+static void test_capture_stream_zero_per_thread(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_graph_t g;
+    void *p;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .va_size = 4 * GiB, .per_thread_default = 1 });
+    gp = new_gp(&t);
+    EXPECT(vpmm_capture_begin(t.pool, gp, NULL, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS, NULL);
+    assert_int_equal(gstats(gp).captures, 1);
+    p = tmalloc(t.pool, 4096, NULL);
+    assert_int_equal(gstats(gp).live_allocs, 1);
+    /* The same capture, named by its per-thread handle. */
+    EXPECT(vpmm_capture_end(t.pool, VPMM_STREAM_PER_THREAD, &g), VPMM_SUCCESS, NULL);
+    tfree(t.pool, p);
+    assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/* The per-thread handle names the calling thread's own stream: another thread cannot end (or
+ * release) a capture of this thread's per-thread stream through it — its own is not capturing. */
+typedef struct other_thread {
+    tpool_t *t;
+    vpmm_status_t end_st, release_st;
+    vpmm_graph_t g;
+    char err[256];
+} other_thread_t;
+
+static void *end_from_other_thread(void *arg)
+{
+    other_thread_t *o = arg;
+    o->g = (vpmm_graph_t)1;
+    o->end_st = vpmm_capture_end(o->t->pool, VPMM_STREAM_PER_THREAD, &o->g);
+    snprintf(o->err, sizeof o->err, "%s", vpmm_last_error());
+    o->release_st = vpmm_stream_release(o->t->pool, VPMM_STREAM_PER_THREAD);
+    return NULL;
+}
+
+static void test_capture_end_per_thread_from_other_thread(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp;
+    vpmm_graph_t g;
+    other_thread_t o;
+    pthread_t th;
+    tsnap_t before;
+    void *p;
+    (void)state;
+    tpool_open(&t, &small_va);
+    gp = new_gp(&t);
+    begin(&t, gp, VPMM_STREAM_PER_THREAD);
+    p = tmalloc(t.pool, 4096, VPMM_STREAM_PER_THREAD);
+    before = tsnap(t.pool);
+    o = (other_thread_t){ .t = &t };
+    assert_int_equal(pthread_create(&th, NULL, end_from_other_thread, &o), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(o.end_st, VPMM_ERROR_NOT_CAPTURING);
+    assert_null(o.g);
+    assert_non_null(strstr(o.err, "is not being captured"));
+    assert_int_equal(o.release_st, VPMM_SUCCESS); /* its own, unknown stream: a no-op */
+    {
+        tsnap_t after = tsnap(t.pool);
+        assert_snap_equal(&before, &after);
+    }
+    assert_int_equal(gstats(gp).captures, 1); /* this thread's capture goes on */
+    tfree(t.pool, p);
+    g = end(&t, VPMM_STREAM_PER_THREAD);
+    assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
 static void test_capture_begin_already_capturing(void **state)
 {
     gfx_t x;
@@ -1631,6 +1709,15 @@ static void test_env_verbose(void **state)
             { "yes", "VPMM_VERBOSE='yes': expected a decimal count" });
 }
 
+static void test_env_default_stream(void **state)
+{
+    (void)state;
+    ENV_ROW("VPMM_DEFAULT_STREAM", 0,
+            { "per_thread", "VPMM_DEFAULT_STREAM='per_thread': expected legacy or per-thread" },
+            { "Legacy", "VPMM_DEFAULT_STREAM='Legacy': expected legacy or per-thread" },
+            { "", "VPMM_DEFAULT_STREAM='': expected legacy or per-thread" });
+}
+
 /* Not malformed, but no device for it: VPMM_BACKEND=cuda on a machine without a GPU. */
 static void test_env_backend_cuda_without_device(void **state)
 {
@@ -1719,6 +1806,21 @@ static void test_config_verbose(void **state)
     };
     (void)state;
     config_row(set_verbose, 2, VPMM_ERROR_INVALID_CONFIG, says);
+}
+
+static void set_default_stream(vpmm_config_t *c, size_t i)
+{
+    c->default_stream = (vpmm_default_stream_t)(i == 0 ? 3 : -1);
+}
+
+static void test_config_default_stream(void **state)
+{
+    static const char *const says[] = {
+        "config.default_stream=3: expected VPMM_DEFAULT_STREAM_UNSET, _LEGACY or _PER_THREAD",
+        "config.default_stream=-1: expected",
+    };
+    (void)state;
+    config_row(set_default_stream, 2, VPMM_ERROR_INVALID_CONFIG, says);
 }
 
 static void set_page_size(vpmm_config_t *c, size_t i)
@@ -1992,6 +2094,8 @@ int main(void)
         cmocka_unit_test(test_free_shared_during_capture_of_its_stream),
         /* captures */
         cmocka_unit_test(test_capture_begin_legacy_stream),
+        cmocka_unit_test(test_capture_stream_zero_per_thread),
+        cmocka_unit_test(test_capture_end_per_thread_from_other_thread),
         cmocka_unit_test(test_capture_begin_already_capturing),
         cmocka_unit_test(test_capture_begin_other_pools_graph_pool),
         cmocka_unit_test(test_capture_begin_bad_mode),
@@ -2027,12 +2131,14 @@ int main(void)
         ENV_TEST(test_env_cache_percent),
         ENV_TEST(test_env_max_bytes),
         ENV_TEST(test_env_verbose),
+        ENV_TEST(test_env_default_stream),
         ENV_TEST(test_env_backend_cuda_without_device),
         /* bad config fields */
         ENV_TEST(test_config_backend),
         ENV_TEST(test_config_device),
         ENV_TEST(test_config_cache_percent),
         ENV_TEST(test_config_verbose),
+        ENV_TEST(test_config_default_stream),
         ENV_TEST(test_config_page_size_not_granular),
         ENV_TEST(test_config_va_size),
         ENV_TEST(test_config_max_bytes),
