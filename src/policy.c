@@ -428,12 +428,16 @@ static vpmm_status_t harvest(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, 
             st = harvest_tree(p, plan, &p->shared.ready, need);
         return st;
     }
-    st = harvest_tree(p, plan, &s->free_tree, need);
+    /* The caller's own pending memory needs its marker (the zombie's guard), other streams'
+     * memory a GPU-side wait too: neither on the legacy stream during a capture (stream.c). */
+    st = VPMM_SUCCESS;
+    if (markable(p, s))
+        st = harvest_tree(p, plan, &s->free_tree, need);
     if (st == VPMM_SUCCESS && *need)
         st = harvest_tree(p, plan, &p->shared.ready, need);
     if (st == VPMM_SUCCESS && *need)
         st = harvest_idle_private(p, plan, need);
-    if (st == VPMM_SUCCESS && *need)
+    if (st == VPMM_SUCCESS && *need && vpmm_i_stream_may_wait(p, s))
         st = harvest_others(p, s, plan, need);
     return st;
 }

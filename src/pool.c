@@ -321,7 +321,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
         *out = r;
         return VPMM_SUCCESS;
     }
-    r = vpmm_i_fit_wait(p, s, rsize);
+    r = vpmm_i_stream_may_wait(p, s) ? vpmm_i_fit_wait(p, s, rsize) : NULL;
     if (r != NULL && vpmm_i_stream_mark(p, r->stream, r->seq) == VPMM_SUCCESS &&
         vpmm_i_drv_status(p, p->drv->stream_wait_event(p->drv, s->handle,
                                                        vpmm_i_stream_marker(r->stream, r->seq))) ==

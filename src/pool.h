@@ -332,6 +332,13 @@ static inline vpmm_region_t *vpmm_i_allocate_from(vpmm_pool_t *p, vpmm_region_t 
 vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq);
 /* Whether vpmm_i_stream_mark could record a marker for s now (one capture query at most). */
 int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s);
+/* Whether a GPU-side wait may be enqueued on s now: not on the legacy stream while a capture is
+ * in progress (legacy work would invalidate it). */
+int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_strm_t *s);
+/* Flushes the caches and records a marker (the legacy-stream substitute) for every other
+ * thread's per-thread stream with unmarked frees, unless a capture is in progress: for a caller
+ * that wants every free page back (vpmm_trim). */
+void vpmm_i_stream_mark_foreign(vpmm_pool_t *p);
 
 /* The event of an in-flight marker (completed <= seq < recorded). */
 vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq);

@@ -19,10 +19,11 @@
  * event completes only after the per-thread stream's earlier work — a later point, never an
  * earlier one. Its price: while it is pending, later work of every blocking stream waits for it
  * (CUDA's implicit synchronisation), so it is recorded only on demand (a malloc that wants that
- * memory), never by the blanket marking of stream_poll_all. And never while a capture is in
- * progress: legacy work that depends on a capturing blocking stream invalidates the capture
- * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); the memory then stays pending until the owner thread
- * marks it or the captures end.
+ * memory, vpmm_trim: vpmm_i_stream_mark_foreign), never by the blanket marking of
+ * stream_poll_all. And no legacy-stream work at all — neither the substitute nor the legacy
+ * stream's own markers or waits — while a capture is in progress: legacy work that depends on a
+ * capturing blocking stream invalidates the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); that
+ * memory then stays pending until the owner thread marks it or the captures end.
  *
  * Called under the pool lock. Invariant I8 (pool.h) is checked in check.c.
  */
@@ -150,16 +151,23 @@ static int stream_here(const vpmm_strm_t *s)
     return vpmm_i_stream_key_here(vpmm_i_stream_key_of(s));
 }
 
+int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_strm_t *s)
+{
+    return !(vpmm_i_stream_is_legacy(s->handle) && p->captures > 0);
+}
+
 /* Where a marker for s is recorded from this thread: s itself, or the legacy stream in its
- * place; VPMM_ERROR_STREAM_CAPTURING when neither may take one now. */
+ * place; VPMM_ERROR_STREAM_CAPTURING when neither may take one now. Legacy-stream work (the
+ * legacy stream's own marker, or the substitute) is never recorded while a capture is in
+ * progress: it would depend on a capturing blocking stream, which invalidates that capture. */
 static vpmm_status_t marker_stream(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_stream_t *out)
 {
     vpmm_capture_status_t cap;
     uint64_t capture_id;
-    if (!stream_here(s)) {
+    if (!stream_here(s) || vpmm_i_stream_is_legacy(s->handle)) {
         if (p->captures > 0)
             return VPMM_ERROR_STREAM_CAPTURING;
-        *out = VPMM_STREAM_LEGACY;
+        *out = stream_here(s) ? s->handle : VPMM_STREAM_LEGACY;
         return VPMM_SUCCESS;
     }
     VPMM_CHECK(
@@ -286,19 +294,6 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
     /* Cached regions are on no pending list: back to the ordinary states first, or polling
      * would never make them ready for other streams. */
     vpmm_i_cache_flush_all(p);
-    link = &p->streams;
-    while (*link) {
-        vpmm_strm_t *s = *link;
-        if (s != except && stream_idle_foreign(s)) {
-            *link = s->next;
-            p->stream_count--;
-            if (p->last_stream == s)
-                p->last_stream = NULL;
-            stream_free(p, s); /* nothing in flight: cannot fail */
-            continue;
-        }
-        link = &s->next;
-    }
     for (vpmm_strm_t *s = p->streams; s; s = s->next) {
         if (s == except)
             continue;
@@ -320,6 +315,30 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
         }
         link = &s->next;
     }
+    /* Last, once their memory could become ready: records of other threads that hold nothing. */
+    link = &p->streams;
+    while (*link) {
+        vpmm_strm_t *s = *link;
+        if (s != except && stream_idle_foreign(s)) {
+            *link = s->next;
+            p->stream_count--;
+            if (p->last_stream == s)
+                p->last_stream = NULL;
+            stream_free(p, s); /* nothing in flight: cannot fail */
+            continue;
+        }
+        link = &s->next;
+    }
+}
+
+void vpmm_i_stream_mark_foreign(vpmm_pool_t *p)
+{
+    if (p->captures > 0)
+        return; /* no legacy-stream work now (see "Identity") */
+    vpmm_i_cache_flush_all(p);
+    for (vpmm_strm_t *s = p->streams; s; s = s->next)
+        if (s->dirty_regions > 0 && !stream_here(s))
+            (void)vpmm_i_stream_mark(p, s, s->recorded);
 }
 
 vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)

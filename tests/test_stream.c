@@ -455,6 +455,94 @@ static void test_records_of_departed_threads_are_freed(void **state)
     tpool_close(&t);
 }
 
+/*
+ * Threads that left without a slow path of their own: their blocks, freed on their per-thread
+ * streams (by them, or by another thread), are pending with no marker. vpmm_trim wants every
+ * free page: it records their markers (on the legacy stream), and once their work is done one
+ * trim gives the memory back and forgets the records.
+ */
+static void test_trim_takes_departed_threads_memory(void **state)
+{
+    tpool_t t;
+    vpmm_stats_t st;
+    size_t released = 0;
+    (void)state;
+    tpool_open(&t, NULL);
+    for (int i = 0; i < 20; i++) {
+        job_t j = { .t = &t,
+                    .stream = VPMM_STREAM_PER_THREAD,
+                    .size = 3 * MiB,
+                    .enqueue = 1,
+                    .free_it = i % 2 };
+        on_thread(malloc_job, &j);
+        assert_int_equal(j.st, VPMM_SUCCESS);
+        if (i % 2 == 0)
+            tfree(t.pool, j.ptr); /* freed by another thread than its own */
+    }
+    CHECK_POOL(t.pool);
+    vpmm_host_complete_all(t.host); /* their work is done */
+    assert_int_equal(vpmm_trim(t.pool, 0, &released), VPMM_SUCCESS);
+    CHECK_POOL(t.pool);
+    st = tstats(t.pool);
+    assert_int_equal(st.mapped_bytes, 0);
+    assert_true(released > 0);
+    assert_int_equal(st.streams, 0);
+    assert_driver_matches_pool(&t);
+    tpool_close(&t);
+}
+
+/*
+ * No legacy-stream work at all while a capture is in progress — not even the legacy stream's own
+ * marker, nor a wait on it: a blocking stream (here another thread's per-thread stream) that is
+ * capturing would be invalidated (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). Mallocs that would need
+ * one get memory otherwise; the capture ends cleanly.
+ */
+static void test_no_legacy_work_during_capture(void **state)
+{
+    tpool_t t;
+    capture_job_t c;
+    pthread_t th;
+    vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x7703;
+    void *a, *b, *x, *y;
+    int code = 0;
+    const char *call = NULL;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = tmalloc(t.pool, 4 * MiB, VPMM_STREAM_LEGACY);
+    b = tmalloc(t.pool, 4 * MiB, s);
+    vpmm_host_enqueue(t.host, s);
+    c = (capture_job_t){ .t = &t };
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &c.gp), VPMM_SUCCESS);
+    cap_step = 0;
+    assert_int_equal(pthread_create(&th, NULL, capture_thread, &c), 0);
+    pthread_mutex_lock(&cap_mu);
+    while (cap_step != 1)
+        pthread_cond_wait(&cap_cv, &cap_mu);
+    pthread_mutex_unlock(&cap_mu);
+    assert_int_equal(c.st, VPMM_SUCCESS);
+
+    tfree(t.pool, a);                                 /* pending on the legacy stream, no marker */
+    tfree(t.pool, b);                                 /* pending on s, busy */
+    x = tmalloc(t.pool, 5 * MiB, s);                  /* a's pages would need a legacy marker */
+    y = tmalloc(t.pool, 5 * MiB, VPMM_STREAM_LEGACY); /* b's would need a wait on legacy */
+    assert_int_equal(vpmm_pool_last_driver_error(t.pool, &code, &call), VPMM_SUCCESS);
+    assert_int_equal(code, 0); /* no refused legacy-stream call */
+    CHECK_POOL(t.pool);
+
+    pthread_mutex_lock(&cap_mu);
+    cap_step = 2;
+    pthread_cond_broadcast(&cap_cv);
+    pthread_mutex_unlock(&cap_mu);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(c.st, VPMM_SUCCESS); /* the capture was not invalidated */
+    tfree(t.pool, x);
+    tfree(t.pool, y);
+    vpmm_host_complete_all(t.host);
+    assert_int_equal(vpmm_graph_destroy(t.pool, c.graph), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(c.gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -471,6 +559,8 @@ int main(void)
         cmocka_unit_test(test_cross_thread_free_of_per_thread_block),
         cmocka_unit_test(test_no_legacy_marker_during_capture),
         cmocka_unit_test(test_records_of_departed_threads_are_freed),
+        cmocka_unit_test(test_trim_takes_departed_threads_memory),
+        cmocka_unit_test(test_no_legacy_work_during_capture),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
