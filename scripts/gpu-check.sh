@@ -6,7 +6,7 @@
 #                                       skipping without a device), the demo and the graph samples
 #                                       on the GPU and on the host backend, and vpmm-checkpoint
 #                                       (Release build, build-bench/)
-#   bash scripts/gpu-check.sh memcheck  the GPU tests (test_gpu, test_gpu_graph) under
+#   bash scripts/gpu-check.sh memcheck  the GPU tests (test_gpu, test_gpu_graph, test_gpu_streams) under
 #                                       compute-sanitizer memcheck (API errors are not reported: the
 #                                       tests provoke some on purpose, e.g. cuMemCreate out of memory)
 # Full logs go to $OUT (default ./gpu-logs); a summary is printed last. No argument: both.
@@ -66,7 +66,7 @@ if [ "$stage" = tests ] || [ "$stage" = all ]; then
   done
 fi
 if [ "$stage" = memcheck ] || [ "$stage" = all ]; then
-  for t in test_gpu_graph test_gpu; do
+  for t in test_gpu_graph test_gpu test_gpu_streams; do
     VPMM_TEST_REQUIRE_GPU=1 timeout 400 "$sanitizer" --tool memcheck --leak-check full \
       --report-api-errors no --error-exitcode 3 ./build-gpu/bin/$t >"$out/memcheck-$t.log" 2>&1
     m=$?
