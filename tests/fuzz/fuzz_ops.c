@@ -3,21 +3,35 @@
  * the host backend (wrapped in the fault decorator), and the pool is checked after every one.
  *
  * Per input: a fresh pool (64 MiB VA chunks, a small emulated device so that OOM is reached),
- * four created streams plus the two spellings of the legacy stream, then one operation after the
- * other until the input is exhausted, then a full cleanup (captures ended, graphs destroyed,
- * everything freed, graph pools released, pool destroyed) after which the fault wrapper and the
- * host backend must hold nothing (a leak is a finding). A finding prints what was expected and
- * what happened and calls abort(), which libFuzzer records as a crash.
+ * four created streams, the two spellings of the legacy stream and the per-thread handle, four
+ * threads (the main one and three persistent workers), then one operation after the other until
+ * the input is exhausted, then a full cleanup (captures ended by the threads that began them,
+ * graphs destroyed, everything freed, graph pools released, pool destroyed) after which the fault
+ * wrapper and the host backend must hold nothing (a leak is a finding). A finding prints what was
+ * expected and what happened and calls abort(), which libFuzzer records as a crash.
+ *
+ * Threads. Each operation runs on the current thread (THREAD selects it; the main thread to
+ * begin with). An operation for a worker is handed to it and the main thread waits for it, so
+ * one operation runs at a time and a run is reproducible from its input; the thread decides what
+ * the calls mean: which per-thread stream 0x2 (and 0 when per-thread) names, which thread began a
+ * capture, which thread frees an allocation.
  *
  * Encoding. Byte 0 configures the pool:
  *   bits 0-1  page size / driver granularity: 2M/2M, 64K/64K, 256K/64K, 4M/2M
  *   bits 2-3  emulated device memory: 64, 128, 256 or 32 MiB (a quarter of it with 64K pages)
  *   bits 4-5  exact-size cache: default, off, 100 %, 1 %
  *   bit 6     VPMM_MAX_BYTES = 40 MiB        bit 7  two preallocated pages
- * Then each operation is one opcode byte (op = byte & 31; 22-26 are MALLOC and 27-31 FREE again,
+ * Byte 1 configures it further:
+ *   bit 0     stream 0 is the calling thread's per-thread stream (config.default_stream =
+ *             VPMM_DEFAULT_STREAM_PER_THREAD; the host backend's per_thread_default_stream)
+ *   bits 1-7  unused (ignored)
+ * (Inputs written before byte 1 existed: make_corpus.py --upgrade rewrites them.)
+ * Then each operation is one opcode byte (op = byte & 31; 23-26 are MALLOC and 27-31 FREE again,
  * so that mutations favour the common pair) followed by its operand bytes, little-endian; an
  * operand read past the end is 0, and the input ends at the next opcode. `s` is a stream byte:
- * index s % 6 into { NULL, 0x1 (both the legacy stream), S1, S2, S3, S4 }.
+ * slot s % 7 of { NULL, 0x1, S1, S2, S3, S4, 0x2 }, as the current thread names it: NULL and 0x1
+ * are the legacy stream (NULL is the thread's per-thread stream instead when byte 1 says so),
+ * 0x2 (VPMM_STREAM_PER_THREAD) is the thread's per-thread stream, S1-S4 are created streams.
  *    0 MALLOC      s cls u8, v u32   size by cls % 8: 0 v%256+1, 1 v%64K+1, 2 v%4M+1, 3 v%32M+1,
  *                                    4 (v%40+1) pages + ((v>>8)%5-2)*256, 5 an absurd one (0,
  *                                    SIZE_MAX, VA size +-, 2^62 ...), 6 v itself, 7 v%128M+1
@@ -27,12 +41,17 @@
  *                                    pointer, a stack address, a heap/static address, another
  *                                    pool's allocation, an address near the pool's memory
  *    3 WORK        s kind u8, n u8   kind % 5: enqueue n%4+1 kernels, complete s, advance s by
- *                                    n%4+1, complete all, advance every stream by 1
+ *                                    n%4+1, complete all, advance every stream by 1 (the six
+ *                                    slots but 0x2, then each thread's per-thread stream). On a
+ *                                    per-thread stream the control acts on thread
+ *                                    (current + (kind>>3)) % 4's, by its vpmm_host_thread_stream
+ *                                    key (issued from the current thread)
  *    4 STREAM_RELEASE s              (skipped while s is being captured: it is about to die)
  *    5 CAPTURE_BEGIN  s gp u8, mode u8   gp % (graph pools + 1): one held, or NULL (a new one);
  *                                    mode % 4: GLOBAL, THREAD_LOCAL, RELAXED, an invalid mode
  *    6 CAPTURE_END    s              vpmm_capture_end; the graph is kept
- *    7 EXT_BEGIN      s              a capture begun outside vpmm (vpmm_host_begin_capture)
+ *    7 EXT_BEGIN      s              a capture begun outside vpmm (vpmm_host_begin_capture,
+ *                                    global mode)
  *    8 EXT_END        s how u8       ended outside vpmm: how % 2: graph destroyed, or kept
  *    9 CAPTURE_REGISTER s gp u8      vpmm_capture_register with a held graph pool
  *   10 CAPTURE_GP     s              vpmm_capture_graph_pool (a new handle reference)
@@ -56,10 +75,12 @@
  *                                    error, reset peaks, graph pool stats, checkpoint info
  *   21 SYNC                          the device synchronised by the application (it invalidates
  *                                    captures in progress, as in CUDA's global mode)
+ *   22 THREAD         t u8           the following operations run on thread t % 4 (0: main)
  *
  * An operation with nothing to act on (a FREE with no live allocation frees NULL, but e.g. a
- * CK_REAPPLY with no checkpoint) is skipped: it is neither checked nor counted. The count of
- * executed operations is printed at exit ("fuzz_ops: N operations in M inputs").
+ * CK_REAPPLY with no checkpoint) is skipped: it is neither checked nor counted; THREAD is not
+ * counted either. The count of executed operations is printed at exit ("fuzz_ops: N operations
+ * in M inputs").
  *
  * Checks after every operation: vpmm_pool_check() == 0, vpmm_host_check() == 0, the driver holds
  * exactly the handles, mappings, reservations and events the pool believes it holds, and no user
@@ -69,8 +90,34 @@
  * 256-aligned, overlaps no tracked allocation and is writable at both ends (a stamp written there
  * is checked on free, after reapply and on walk), the walk and the stats agree with the tracked
  * set, and a reapply leaves exactly the checkpoint's allocations (minus the dead ones) in its
- * graph pool and touches no other. Single-threaded, like the pool's tests.
+ * graph pool and touches no other.
+ *
+ * Streams and captures, per thread:
+ *  - Stream order. The application uses an allocation on its allocation stream only. Memory
+ *    freed on stream A while A's work (up to item q) is pending, then given (by address, or by
+ *    the physical pages behind it) to a malloc on another stream B, outside captures: no work
+ *    item B enqueues after that malloc may complete before A has completed q (vpmm owes B a
+ *    GPU-side wait; the host backend completes an item only after what it waits for). Streams are
+ *    told apart as the host tells them apart: two threads' per-thread streams are two streams.
+ *    After vpmm_stream_release the stream is gone: what was allocated on it had its last work
+ *    at the release.
+ *  - Captures. Ends follow CUDA's rule, which the host enforces: unless the mode is RELAXED, only
+ *    the thread that began a capture may end it (another thread gets VPMM_ERROR_DRIVER, and the
+ *    capture goes on); 0x2 from another thread names that thread's own stream. A capture's
+ *    allocations come from its graph pool (never the shared pool), the one it was begun with,
+ *    registered or first served by, and vpmm_capture_graph_pool returns that one. A capture vpmm
+ *    knows of (holds a record of) is never invalidated unless the input did it: SYNC, or the
+ *    application's own work on the legacy stream (WORK enqueue, a graph launch) while the capture
+ *    involves a per-thread stream (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). vpmm does no legacy-stream
+ *    work (markers, GPU-side waits) while it knows of a capture (docs/ALGORITHM.md), so a malloc
+ *    or a release on the legacy stream breaks nothing then; a release of the legacy stream is
+ *    refused then instead (VPMM_ERROR_STREAM_CAPTURING: its last marker would be legacy work).
+ *    While vpmm knows of none, its legacy-stream work may break a per-thread capture it has not
+ *    seen (begun outside vpmm, neither registered nor allocated in), and a malloc on any stream
+ *    or a release of the legacy stream may then fail with 906 (VPMM_ERROR_DRIVER): documented,
+ *    the application's to avoid by registering the capture.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,13 +133,24 @@
 #define MiB ((size_t)1 << 20)
 
 #define VA_SIZE    (64 * MiB)
-#define NSTREAMS   6
 #define MAX_LIVE   1024
 #define MAX_FREED  64
 #define MAX_GP     8
 #define MAX_CK     8
 #define MAX_GRAPHS 16
 #define MAX_EXECS  8
+#define MAX_PEND   64 /* freed memory whose stream's work is not complete yet */
+#define MAX_OBLIG  64 /* stream-order obligations not yet discharged */
+
+#define NTHREADS 4 /* operations run on the main thread or on one of three workers */
+#define NCREATED 4 /* created streams S1..S4 */
+#define NSLOTS   7 /* stream operand: NULL, 0x1, S1..S4, 0x2 */
+#define SLOT_PT  6
+
+/* The streams of one input, told apart as the host backend tells them apart: the legacy stream
+ * (NULL unless per-thread, and 0x1), the created streams, and each thread's per-thread stream. */
+enum { ID_LEGACY = 0, ID_S1 = 1, ID_PT0 = ID_S1 + NCREATED, NIDENT = ID_PT0 + NTHREADS };
+#define MAX_CAPS NIDENT /* at most one capture begun per stream */
 
 enum {
     OP_MALLOC,
@@ -117,6 +175,7 @@ enum {
     OP_FAULT,
     OP_INSPECT,
     OP_SYNC,
+    OP_THREAD,
     OP_COUNT
 };
 
@@ -125,7 +184,7 @@ static const char *const op_names[OP_COUNT] = {
     "CAPTURE_BEGIN", "CAPTURE_END",   "EXT_BEGIN",  "EXT_END",   "CAPTURE_REGISTER",
     "CAPTURE_GP",    "GRAPH_DESTROY", "EXEC",       "GP_CREATE", "GP_REF",
     "CK_TAKE",       "CK_REAPPLY",    "CK_DESTROY", "TRIM",      "FAULT",
-    "INSPECT",       "SYNC",
+    "INSPECT",       "SYNC",          "THREAD",
 };
 
 typedef struct live {
@@ -133,7 +192,50 @@ typedef struct live {
     size_t size;
     uint64_t stamp;
     uint16_t serial; /* the malloc op that made it (revived ones get a fresh number) */
+    int ident;       /* the stream it was allocated on; -1: in a capture, or revived */
+    int rec;         /* vpmm's record of that stream (rec_of) */
+    int released;    /* vpmm_stream_release(stream) since: its work ended at item upto */
+    uint64_t upto;
 } live_t;
+
+/* Bytes [lo, hi) of one physical allocation (a driver handle of the pool's pages). */
+typedef struct piece {
+    vpmm_drv_handle_t handle;
+    size_t lo, hi;
+} piece_t;
+
+/* Memory freed while the work its stream had enqueued was not complete: until that work is, any
+ * other stream that gets these addresses or these physical bytes must wait for it. */
+typedef struct pend {
+    uintptr_t lo, hi; /* the freed allocation (rounded size) */
+    piece_t *pc;      /* the physical bytes behind it when freed */
+    size_t npc;
+    int ident;    /* its allocation stream */
+    uint64_t seq; /* that stream's work items enqueued when it was freed */
+    uint64_t nop; /* the FREE */
+} pend_t;
+
+/* A malloc on stream `user` got memory of a pend entry: no work item `user` enqueues after
+ * `after` (the malloc) may complete before `owner` has completed `seq`. */
+typedef struct oblig {
+    int user, owner;
+    int user_rec; /* vpmm's record of user (rec_of) */
+    uint64_t after, seq;
+    uint64_t nop_free, nop_malloc;
+    uintptr_t addr;
+} oblig_t;
+
+/* A capture the input began (with vpmm_capture_begin or outside vpmm), as long as it lasts. */
+typedef struct cap {
+    uint64_t id;
+    int ident;       /* the stream that began it */
+    unsigned thread; /* the thread that began it: the only one that may end it unless RELAXED */
+    int mode;        /* vpmm_stream_capture_mode_t; external captures are GLOBAL */
+    int seen;        /* vpmm held a record of it after the previous operation */
+    int tainted;     /* the input did what invalidates it (SYNC; legacy work, for a per-thread
+                        stream's capture) */
+    unsigned gp;     /* id of the graph pool serving it, once known (0: not yet) */
+} cap_t;
 
 typedef struct gref {
     vpmm_graph_pool_t *gp;
@@ -149,8 +251,19 @@ typedef struct fz {
     size_t page_size, memory_limit, max_bytes;
     vpmm_pool_t *pool;
     vpmm_driver_t *fault, *host;
-    vpmm_stream_t streams[NSTREAMS];
-    uint64_t origin[NSTREAMS]; /* id of the capture each stream began (0: none) */
+    unsigned cfg2;                   /* the second config byte */
+    int ptd_default;                 /* stream 0 is the calling thread's per-thread stream */
+    unsigned thread;                 /* the thread operations run on: 0 main, 1..3 workers */
+    vpmm_stream_t created[NCREATED]; /* S1..S4 */
+    vpmm_stream_t ptkey[NTHREADS];   /* vpmm_host_thread_stream of each thread */
+    cap_t caps[MAX_CAPS];
+    size_t ncaps;
+    pend_t pend[MAX_PEND];
+    size_t npend;
+    oblig_t obl[MAX_OBLIG];
+    size_t nobl;
+    int arg;           /* an operand for a helper handed to another thread (cleanup) */
+    size_t waits_seen; /* GPU-side waits already traced (FUZZ_OPS_VERBOSE) */
     live_t live[MAX_LIVE];
     size_t nlive;
     uint16_t next_serial;
@@ -189,8 +302,11 @@ __attribute__((format(printf, 2, 3), noreturn)) static void finding(const fz_t *
                                                                     ...)
 {
     va_list ap;
-    fprintf(stderr, "\nfuzz_ops: FINDING at operation %llu (%s) of this input, config 0x%02x: ",
-            (unsigned long long)z->nop, z->op >= 0 ? op_names[z->op] : "cleanup", z->cfg);
+    fprintf(stderr,
+            "\nfuzz_ops: FINDING at operation %llu (%s, thread %u) of this input, config "
+            "0x%02x 0x%02x: ",
+            (unsigned long long)z->nop, z->op >= 0 ? op_names[z->op] : "cleanup", z->thread, z->cfg,
+            z->cfg2);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -235,12 +351,455 @@ static uint32_t rd32(fz_t *z)
     return v | (uint32_t)rd16(z) << 16;
 }
 
-/* ---- the tracked allocations ---------------------------------------------------------------- */
-
+/* An allocation's size as the pool rounds it. */
 static size_t rnd(size_t n)
 {
     return (n + VPMM_ALIGNMENT - 1) & ~(size_t)(VPMM_ALIGNMENT - 1);
 }
+
+/* ---- streams: slots, threads, identities ---------------------------------------------------
+ *
+ * A stream operand names a slot; what the slot names depends on the thread that runs the
+ * operation, as in CUDA: 0x2 is that thread's per-thread stream, and so is NULL when stream 0 is
+ * per-thread. vpmm gets the slot's handle (from that thread); the harness's own controls and
+ * queries use the host backend's key for the stream it names (vpmm_host_thread_stream for a
+ * per-thread stream), which is valid from any thread.
+ */
+
+static int slot_of(fz_t *z)
+{
+    return (int)(rd8(z) % NSLOTS);
+}
+
+/* What the application passes to vpmm for slot si. */
+static vpmm_stream_t slot_handle(const fz_t *z, int si)
+{
+    if (si == 0)
+        return NULL;
+    if (si == 1)
+        return VPMM_STREAM_LEGACY;
+    if (si == SLOT_PT)
+        return VPMM_STREAM_PER_THREAD;
+    return z->created[si - 2];
+}
+
+/* The stream slot si names in thread t. */
+static int ident_in(const fz_t *z, int si, unsigned t)
+{
+    if (si == SLOT_PT || (si == 0 && z->ptd_default))
+        return ID_PT0 + (int)t;
+    if (si < 2)
+        return ID_LEGACY;
+    return ID_S1 + si - 2;
+}
+
+/* The stream slot si names in the thread running the current operation. */
+static int ident_of(const fz_t *z, int si)
+{
+    return ident_in(z, si, z->thread);
+}
+
+static int ident_is_pt(int id)
+{
+    return id >= ID_PT0;
+}
+
+/* Which of vpmm's stream records slot si names (as its stream identity, vpmm_stream_key_t):
+ * the stream's, except that vpmm keeps NULL and 0x1 apart even where both are the legacy
+ * stream. vpmm_stream_release retires one record: allocations made on it before belong to a
+ * stream that is gone, whose work ended with the release. */
+static int rec_of(const fz_t *z, int si)
+{
+    int id = ident_of(z, si);
+    return id == ID_LEGACY && si == 1 ? NIDENT : id;
+}
+
+/* The host backend's name for a stream, usable from any thread. */
+static vpmm_stream_t ident_key(const fz_t *z, int id)
+{
+    if (id == ID_LEGACY)
+        return VPMM_STREAM_LEGACY;
+    if (ident_is_pt(id))
+        return z->ptkey[id - ID_PT0];
+    return z->created[id - ID_S1];
+}
+
+/* The handle that names stream id from its own thread (per-thread streams) or any thread. */
+static vpmm_stream_t ident_handle(const fz_t *z, int id)
+{
+    return ident_is_pt(id) ? VPMM_STREAM_PER_THREAD : ident_key(z, id);
+}
+
+static const char *ident_name(int id)
+{
+    static const char *const names[NIDENT] = { "legacy", "S1",  "S2",  "S3", "S4",
+                                               "PT0",    "PT1", "PT2", "PT3" };
+    return id >= 0 && id < NIDENT ? names[id] : "?";
+}
+
+static uint64_t enqueued_on(const fz_t *z, int id)
+{
+    return vpmm_host_stream_enqueued(z->host, ident_key(z, id));
+}
+
+static uint64_t completed_on(const fz_t *z, int id)
+{
+    return vpmm_host_stream_completed(z->host, ident_key(z, id));
+}
+
+static vpmm_capture_status_t cap_of(const fz_t *z, int id, uint64_t *out_id)
+{
+    vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
+    uint64_t cid = 0;
+    if (z->host->capture_info(z->host, ident_key(z, id), &cap, &cid, NULL) != VPMM_DRV_OK)
+        finding(z, "the host backend's capture_info failed on stream %s", ident_name(id));
+    if (out_id != NULL)
+        *out_id = cid;
+    return cap;
+}
+
+static cap_t *cap_find(fz_t *z, uint64_t id)
+{
+    for (size_t i = 0; i < z->ncaps; i++)
+        if (z->caps[i].id == id)
+            return &z->caps[i];
+    return NULL;
+}
+
+static void cap_add(fz_t *z, uint64_t id, int ident, int mode)
+{
+    if (cap_find(z, id) != NULL || z->ncaps == MAX_CAPS)
+        finding(z,
+                "capture %llu begun on %s: a capture id seen twice, or more captures than "
+                "streams",
+                (unsigned long long)id, ident_name(ident));
+    z->caps[z->ncaps++] = (cap_t){ .id = id, .ident = ident, .thread = z->thread, .mode = mode };
+}
+
+/* Whether a capture's end from the current thread is refused because another thread began it
+ * (CUDA and the host backend: unless the mode is RELAXED, only the beginning thread may end it). */
+static int cap_wrong_thread(const fz_t *z, const cap_t *c)
+{
+    return c->mode != VPMM_STREAM_CAPTURE_RELAXED && c->thread != z->thread;
+}
+
+/* A per-thread stream's capture, if any is in progress (they are what legacy work breaks). */
+static int ptds_capturing(const fz_t *z)
+{
+    for (int t = 0; t < NTHREADS; t++)
+        if (cap_of(z, ID_PT0 + t, NULL) != VPMM_CAPTURE_NONE)
+            return 1;
+    return 0;
+}
+
+/* vpmm may do legacy-stream work (a marker, a GPU-side wait) while a per-thread stream
+ * captures: only while it knows of no capture in progress (it then does none at all, as
+ * docs/ALGORITHM.md says; pool.h: captures, the captures it holds a record of). */
+static int legacy_unguarded(const fz_t *z)
+{
+    return z->pool->captures == 0 && ptds_capturing(z);
+}
+
+/* The input is about to do work on the legacy stream: every capture a per-thread stream is in
+ * may be invalidated by it (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), not by vpmm. */
+static void taint_ptds(fz_t *z)
+{
+    for (int t = 0; t < NTHREADS; t++) {
+        uint64_t id;
+        cap_t *c;
+        if (cap_of(z, ID_PT0 + t, &id) != VPMM_CAPTURE_NONE && (c = cap_find(z, id)) != NULL)
+            c->tainted = 1;
+    }
+}
+
+/* ---- threads ---------------------------------------------------------------------------------
+ *
+ * Three persistent workers besides the main thread. An operation meant for a worker is handed to
+ * it and the main thread waits until it is done, so one operation runs at a time and a run is as
+ * reproducible as a single-threaded one; the thread only changes what the calls mean (which
+ * per-thread stream 0x2 names, which thread began a capture). The mutex hand-over orders every
+ * access to the harness's state.
+ */
+
+typedef int (*op_fn)(fz_t *z); /* returns 0 if the operation had nothing to act on */
+
+typedef struct worker {
+    pthread_t th;
+    op_fn fn;   /* handed over, not done yet */
+    int result; /* fn's */
+    int started;
+} worker_t;
+
+static worker_t workers[NTHREADS]; /* [0] is the main thread: unused */
+static pthread_mutex_t work_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
+static int workers_stop;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    pthread_mutex_lock(&work_mu);
+    for (;;) {
+        while (w->fn == NULL && !workers_stop)
+            pthread_cond_wait(&work_cv, &work_mu);
+        if (w->fn == NULL)
+            break;
+        op_fn fn = w->fn;
+        pthread_mutex_unlock(&work_mu);
+        int r = fn(&fz_state);
+        pthread_mutex_lock(&work_mu);
+        w->result = r;
+        w->fn = NULL;
+        pthread_cond_broadcast(&work_cv);
+    }
+    pthread_mutex_unlock(&work_mu);
+    return NULL;
+}
+
+static void workers_start(void)
+{
+    for (int t = 1; t < NTHREADS; t++) {
+        if (workers[t].started)
+            continue;
+        if (pthread_create(&workers[t].th, NULL, worker_main, &workers[t]) != 0) {
+            fprintf(stderr, "fuzz_ops: cannot start worker thread %d\n", t);
+            abort();
+        }
+        workers[t].started = 1;
+    }
+}
+
+/* Runs fn on thread z->thread and returns its result. */
+static int run_here(fz_t *z, op_fn fn)
+{
+    worker_t *w = &workers[z->thread];
+    int r;
+    if (z->thread == 0)
+        return fn(z);
+    pthread_mutex_lock(&work_mu);
+    w->fn = fn;
+    pthread_cond_broadcast(&work_cv);
+    while (w->fn != NULL)
+        pthread_cond_wait(&work_cv, &work_mu);
+    r = w->result;
+    pthread_mutex_unlock(&work_mu);
+    return r;
+}
+
+/* Runs fn on thread t (z->thread is t meanwhile). */
+static int run_on(fz_t *z, unsigned t, op_fn fn)
+{
+    unsigned was = z->thread;
+    int r;
+    z->thread = t;
+    r = run_here(z, fn);
+    z->thread = was;
+    return r;
+}
+
+/* At exit. A worker still running an operation (exit from a signal handler) is left alone. */
+static void workers_stop_all(void)
+{
+    int idle[NTHREADS] = { 0 };
+    pthread_mutex_lock(&work_mu);
+    workers_stop = 1;
+    pthread_cond_broadcast(&work_cv);
+    for (int t = 1; t < NTHREADS; t++)
+        idle[t] = workers[t].started && workers[t].fn == NULL;
+    pthread_mutex_unlock(&work_mu);
+    for (int t = 1; t < NTHREADS; t++) {
+        if (idle[t])
+            pthread_join(workers[t].th, NULL);
+        workers[t].started = 0;
+    }
+}
+
+/* ---- stream order ----------------------------------------------------------------------------
+ *
+ * The application uses an allocation only on its allocation stream. So when memory freed on
+ * stream A (its work enqueued up to item q when freed) goes to a malloc on another stream B while
+ * A has not completed q, every item B enqueues after that malloc must wait for A@q: vpmm owes B
+ * a GPU-side wait (on a marker of A, or of the legacy stream in A's place). "Goes to" is by
+ * address (A's work still uses those addresses) and by physical memory (pages moved elsewhere
+ * keep being A's until A is done). The host backend completes an item only after what it waits
+ * for, so the harness checks, after every operation, that no such B item completed before A@q.
+ * Allocations made in captures are not tracked: their order is the graph's.
+ */
+
+/* The physical bytes behind [lo, hi) (mapped memory of the pool), as pieces of handles. */
+static size_t phys_pieces(const fz_t *z, uintptr_t lo, uintptr_t hi, piece_t **out)
+{
+    const vpmm_pool_t *p = z->pool;
+    size_t n = 0, cap = (hi - lo) / p->page_size + 2;
+    piece_t *pc = malloc(cap * sizeof *pc);
+    if (pc == NULL)
+        finding(z, "out of host memory");
+    for (uintptr_t a = lo; a < hi;) {
+        uintptr_t page = a & ~(uintptr_t)(p->page_size - 1), end = page + p->page_size;
+        const vpmm_phys_t *ph = vpmm_i_phys_at(p, page);
+        if (end > hi)
+            end = hi;
+        if (ph == NULL || page < ph->va || page >= ph->va + ph->size)
+            finding(z, "the allocated page %p has no live mapping", (void *)page);
+        if (n > 0 && pc[n - 1].handle == ph->handle && pc[n - 1].hi == a - ph->va)
+            pc[n - 1].hi = end - ph->va;
+        else
+            pc[n++] = (piece_t){ ph->handle, a - ph->va, end - ph->va };
+        a = end;
+    }
+    *out = pc;
+    return n;
+}
+
+static int pieces_overlap(const piece_t *a, size_t na, const piece_t *b, size_t nb)
+{
+    for (size_t i = 0; i < na; i++)
+        for (size_t j = 0; j < nb; j++)
+            if (a[i].handle == b[j].handle && a[i].lo < b[j].hi && b[j].lo < a[i].hi)
+                return 1;
+    return 0;
+}
+
+static void pend_drop(fz_t *z, size_t i)
+{
+    free(z->pend[i].pc);
+    memmove(&z->pend[i], &z->pend[i + 1], (z->npend - i - 1) * sizeof *z->pend);
+    z->npend--;
+}
+
+/* Tracked allocation l is about to be freed. */
+static void pend_note(fz_t *z, const live_t *l)
+{
+    pend_t *e;
+    uint64_t q;
+    if (l->ident < 0)
+        return;
+    q = l->released ? l->upto : enqueued_on(z, l->ident);
+    if (completed_on(z, l->ident) >= q)
+        return; /* nothing of its stream may still use it */
+    if (z->npend == MAX_PEND)
+        pend_drop(z, 0); /* the oldest: its check is lost, nothing else */
+    e = &z->pend[z->npend++];
+    e->lo = (uintptr_t)l->p;
+    e->hi = e->lo + rnd(l->size);
+    e->npc = phys_pieces(z, e->lo, e->hi, &e->pc);
+    e->ident = l->ident;
+    e->seq = q;
+    e->nop = z->nop;
+    if (verbose)
+        fprintf(stderr, "    %p (%zu bytes) freed; %s has completed %llu of its %llu items\n",
+                (void *)l->p, l->size, ident_name(l->ident),
+                (unsigned long long)completed_on(z, l->ident), (unsigned long long)q);
+}
+
+/* A malloc outside any capture gave l (on stream l->ident): what it got of memory still in use
+ * by another stream becomes an obligation. */
+static void pend_reused(fz_t *z, const live_t *l)
+{
+    uintptr_t lo = (uintptr_t)l->p, hi = lo + rnd(l->size);
+    piece_t *pc = NULL;
+    size_t npc = 0;
+    for (size_t i = 0; i < z->npend; i++) {
+        const pend_t *e = &z->pend[i];
+        if (e->ident == l->ident || completed_on(z, e->ident) >= e->seq)
+            continue; /* stream order, or nothing pending */
+        if (pc == NULL)
+            npc = phys_pieces(z, lo, hi, &pc);
+        if (!(lo < e->hi && e->lo < hi) && !pieces_overlap(pc, npc, e->pc, e->npc))
+            continue;
+        if (z->nobl == MAX_OBLIG)
+            memmove(&z->obl[0], &z->obl[1], --z->nobl * sizeof *z->obl);
+        z->obl[z->nobl++] = (oblig_t){ .user = l->ident,
+                                       .owner = e->ident,
+                                       .user_rec = l->rec,
+                                       .after = enqueued_on(z, l->ident),
+                                       .seq = e->seq,
+                                       .nop_free = e->nop,
+                                       .nop_malloc = z->nop,
+                                       .addr = lo };
+        if (verbose)
+            fprintf(stderr,
+                    "    it reuses memory freed at operation %llu: %s items after %llu must "
+                    "wait for %s@%llu\n",
+                    (unsigned long long)e->nop, ident_name(l->ident),
+                    (unsigned long long)enqueued_on(z, l->ident), ident_name(e->ident),
+                    (unsigned long long)e->seq);
+    }
+    free(pc);
+}
+
+/* vpmm_stream_release retired vpmm's record rec (of stream id): the application destroys that
+ * stream; later work on the same handle is another stream's, and never uses what was allocated
+ * on the old one. */
+static void stream_released(fz_t *z, int rec, int id)
+{
+    uint64_t upto = enqueued_on(z, id);
+    for (size_t i = 0; i < z->nlive; i++) {
+        live_t *l = &z->live[i];
+        if (l->ident >= 0 && l->rec == rec && !l->released) {
+            l->released = 1;
+            l->upto = upto;
+        }
+    }
+    /* A user with no item since its malloc never used the memory on the old stream. */
+    for (size_t i = 0; i < z->nobl;) {
+        if (z->obl[i].user_rec == rec && z->obl[i].after == upto)
+            z->obl[i] = z->obl[--z->nobl];
+        else
+            i++;
+    }
+}
+
+/* The name of the stream the host backend logs as key. */
+static const char *key_name(const fz_t *z, vpmm_stream_t key)
+{
+    for (int id = 0; id < NIDENT; id++)
+        if (ident_key(z, id) == key)
+            return ident_name(id);
+    return key == NULL ? "none" : "?";
+}
+
+/* FUZZ_OPS_VERBOSE: the GPU-side waits vpmm made during the operation. */
+static void trace_waits(fz_t *z)
+{
+    size_t n = vpmm_host_wait_count(z->host);
+    for (; z->waits_seen < n; z->waits_seen++) {
+        vpmm_host_wait_t w = vpmm_host_wait_at(z->host, z->waits_seen);
+        fprintf(stderr, "    wait: %s waits for %s@%llu\n", key_name(z, w.waiter),
+                key_name(z, w.signaller), (unsigned long long)w.signal_seq);
+    }
+}
+
+/* After every operation: no stream ran ahead of the work it must wait for. */
+static void stream_order_check(fz_t *z)
+{
+    for (size_t i = 0; i < z->nobl;) {
+        const oblig_t *o = &z->obl[i];
+        uint64_t owner_done = completed_on(z, o->owner);
+        if (owner_done >= o->seq) {
+            z->obl[i] = z->obl[--z->nobl];
+            continue;
+        }
+        if (completed_on(z, o->user) > o->after)
+            finding(z,
+                    "stream order: %s completed work enqueued after malloc (operation %llu) got "
+                    "%p, memory freed on %s (operation %llu) while its work up to item %llu was "
+                    "pending; %s has completed only %llu",
+                    ident_name(o->user), (unsigned long long)o->nop_malloc, (void *)o->addr,
+                    ident_name(o->owner), (unsigned long long)o->nop_free,
+                    (unsigned long long)o->seq, ident_name(o->owner),
+                    (unsigned long long)owner_done);
+        i++;
+    }
+    for (size_t i = 0; i < z->npend;) {
+        if (completed_on(z, z->pend[i].ident) >= z->pend[i].seq)
+            pend_drop(z, i);
+        else
+            i++;
+    }
+}
+
+/* ---- the tracked allocations ---------------------------------------------------------------- */
 
 static uint64_t mix(uint64_t x)
 {
@@ -303,6 +862,10 @@ static void live_add(fz_t *z, void *ptr, size_t size, uint16_t serial, const cha
     l->p = ptr;
     l->size = size;
     l->serial = serial;
+    l->ident = -1;
+    l->rec = -1;
+    l->released = 0;
+    l->upto = 0;
     l->stamp = mix(((uint64_t)z->cfg << 48) ^ ((uint64_t)serial << 32) ^ z->nop ^ a);
     stamp_write(l);
 }
@@ -327,6 +890,7 @@ static void free_live(fz_t *z, size_t i)
 {
     vpmm_status_t st;
     stamp_check(z, &z->live[i], "before vpmm_free");
+    pend_note(z, &z->live[i]);
     st = vpmm_free(z->pool, z->live[i].p);
     expect_status(z, "vpmm_free(live)", st, S(VPMM_SUCCESS), 1);
     live_remove(z, i);
@@ -511,25 +1075,66 @@ static void check_all(const fz_t *z)
 
 /* ---- streams and captures -------------------------------------------------------------------- */
 
-static size_t stream_index(fz_t *z)
+/* The id of the graph pool that owns the allocation at a (0: the shared pool). */
+static unsigned pool_of_alloc(const fz_t *z, uintptr_t a)
 {
-    return rd8(z) % NSTREAMS;
+    const vpmm_region_t *r = vpmm_hmap_get(&z->pool->allocs, a);
+    if (r == NULL)
+        finding(z, "the allocation %p vpmm just returned is not in its table", (void *)a);
+    return vpmm_i_arena_of(r)->id;
 }
 
-static int is_legacy(size_t si)
+/* The id of the graph pool vpmm's record of capture id names (0: vpmm has no record of it). */
+static unsigned record_gp(const fz_t *z, uint64_t id)
 {
-    return si < 2;
+    vpmm_arena_t *a = vpmm_g_capture_arena(z->pool, id);
+    vpmm_graph_pool_stats_t gs;
+    if (a == NULL)
+        return 0;
+    vpmm_i_arena_stats(z->pool, a, &gs);
+    if (gs.id == 0)
+        finding(z, "capture %llu is served by the shared pool", (unsigned long long)id);
+    return gs.id;
 }
 
-static vpmm_capture_status_t cap_of(const fz_t *z, size_t si, uint64_t *out_id)
+/* Capture c is served by graph pool gp (from now on: it never changes while c lasts). */
+static void cap_served_by(fz_t *z, cap_t *c, unsigned gp, const char *what)
 {
-    vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
-    uint64_t id = 0;
-    if (z->host->capture_info(z->host, z->streams[si], &cap, &id, NULL) != VPMM_DRV_OK)
-        finding(z, "the host backend's capture_info failed on stream %zu", si);
-    if (out_id != NULL)
-        *out_id = id;
-    return cap;
+    if (c->gp == 0)
+        c->gp = gp;
+    else if (c->gp != gp)
+        finding(z, "%s: capture %llu (begun on %s) is served by g%u, earlier by g%u", what,
+                (unsigned long long)c->id, ident_name(c->ident), gp, c->gp);
+}
+
+/*
+ * After every operation, for every capture the input began and that still runs: vpmm did not
+ * invalidate it behind the input's back (a capture vpmm knows of, i.e. held a record of before
+ * this operation, may be invalidated only by what the input did: SYNC, or legacy work while it
+ * involves a per-thread stream), and vpmm's record names one graph pool for it all along.
+ */
+static void caps_check(fz_t *z)
+{
+    for (size_t i = 0; i < z->ncaps;) {
+        cap_t *c = &z->caps[i];
+        uint64_t id;
+        vpmm_capture_status_t st = cap_of(z, c->ident, &id);
+        unsigned gp;
+        if (st == VPMM_CAPTURE_NONE || id != c->id) {
+            z->caps[i] = z->caps[--z->ncaps]; /* over */
+            continue;
+        }
+        if (st == VPMM_CAPTURE_INVALIDATED && c->seen && !c->tainted)
+            finding(z,
+                    "capture %llu (begun on %s by thread %u, known to vpmm) was invalidated, "
+                    "and the input did nothing that invalidates it",
+                    (unsigned long long)c->id, ident_name(c->ident), c->thread);
+        gp = record_gp(z, c->id);
+        if (gp != 0)
+            cap_served_by(z, c, gp, "vpmm's capture record");
+        c->seen = gp != 0;
+        i++;
+    }
 }
 
 static void keep_graph(fz_t *z, vpmm_graph_t g)
@@ -599,20 +1204,23 @@ static size_t size_of(const fz_t *z, unsigned cls, uint32_t v)
 
 static int op_malloc(fz_t *z)
 {
-    size_t si = stream_index(z);
+    int si = slot_of(z), id = ident_of(z, si);
     unsigned cls = rd8(z);
     uint32_t v = rd32(z);
     size_t size = size_of(z, cls, v);
     uint16_t serial = z->next_serial++;
     vpmm_capture_status_t cap;
+    uint64_t cid;
     void *p = (void *)static_buf; /* must become NULL on failure */
     vpmm_status_t st;
     snap_t before;
+    unsigned driver = 0;
+    live_t *l;
 
     if (size == 0 || size > VA_SIZE) {
         vpmm_status_t want = size == 0 ? VPMM_ERROR_INVALID_SIZE : VPMM_ERROR_SIZE_TOO_LARGE;
         snap_take(z, &before);
-        st = vpmm_malloc(z->pool, size, z->streams[si], &p);
+        st = vpmm_malloc(z->pool, size, slot_handle(z, si), &p);
         expect_status(z, "vpmm_malloc(bad size)", st, S(want), 1);
         if (p != NULL)
             finding(z, "vpmm_malloc(%zu) failed but left the pointer %p", size, p);
@@ -621,12 +1229,19 @@ static int op_malloc(fz_t *z)
     }
     if (z->nlive == MAX_LIVE)
         return 0;
-    cap = cap_of(z, si, NULL);
-    st = vpmm_malloc(z->pool, size, z->streams[si], &p);
-    expect_status(z, "vpmm_malloc", st,
-                  S(VPMM_SUCCESS) | S(VPMM_ERROR_OUT_OF_MEMORY) |
-                      (cap == VPMM_CAPTURE_INVALIDATED ? S(VPMM_ERROR_DRIVER) : 0),
-                  0);
+    cap = cap_of(z, id, &cid);
+    if (cap == VPMM_CAPTURE_INVALIDATED)
+        driver = S(VPMM_ERROR_DRIVER);
+    if (legacy_unguarded(z)) {
+        /* A per-thread stream captures and vpmm knows of no capture (begun outside vpmm, not
+         * registered, nothing allocated in it): vpmm may do legacy-stream work (its markers,
+         * GPU-side waits), which CUDA refuses (906) and which invalidates that capture, as
+         * docs/ALGORITHM.md says. The application's doing: it did not register the capture. */
+        taint_ptds(z);
+        driver = S(VPMM_ERROR_DRIVER);
+    }
+    st = vpmm_malloc(z->pool, size, slot_handle(z, si), &p);
+    expect_status(z, "vpmm_malloc", st, S(VPMM_SUCCESS) | S(VPMM_ERROR_OUT_OF_MEMORY) | driver, 0);
     if (st != VPMM_SUCCESS) {
         if (p != NULL)
             finding(z, "vpmm_malloc(%zu) failed with %s but left the pointer %p", size,
@@ -634,6 +1249,25 @@ static int op_malloc(fz_t *z)
         return 1;
     }
     live_add(z, p, size, serial, "vpmm_malloc");
+    l = &z->live[z->nlive - 1];
+    if (verbose)
+        fprintf(stderr, "    %p (%zu bytes) on %s\n", p, size, ident_name(id));
+    if (cap != VPMM_CAPTURE_NONE) {
+        /* A capture's allocations come from its graph pool, never from the shared pool. */
+        cap_t *c = cap_find(z, cid);
+        unsigned gp = pool_of_alloc(z, (uintptr_t)p);
+        if (c == NULL)
+            finding(z, "stream %s is in capture %llu, which the input never began", ident_name(id),
+                    (unsigned long long)cid);
+        if (gp == 0)
+            finding(z, "vpmm_malloc on %s in capture %llu returned %p from the shared pool",
+                    ident_name(id), (unsigned long long)cid, p);
+        cap_served_by(z, c, gp, "vpmm_malloc in a capture");
+        return 1;
+    }
+    l->ident = id;
+    l->rec = rec_of(z, si);
+    pend_reused(z, l);
     return 1;
 }
 
@@ -734,11 +1368,17 @@ static int op_free_bad(fz_t *z)
 
 static int op_work(fz_t *z)
 {
-    size_t si = stream_index(z);
-    unsigned kind = rd8(z) % 5, n = rd8(z);
-    vpmm_stream_t s = z->streams[si];
-    switch (kind) {
+    int si = slot_of(z), id = ident_of(z, si);
+    unsigned kind = rd8(z), n = rd8(z);
+    vpmm_stream_t s;
+    /* Another thread's per-thread stream, through its key: the control comes from this one. */
+    if (ident_is_pt(id))
+        id = ID_PT0 + (int)((z->thread + (kind >> 3)) % NTHREADS);
+    s = ident_key(z, id);
+    switch (kind % 5) {
     case 0:
+        if (id == ID_LEGACY)
+            taint_ptds(z); /* refused (906) while a per-thread stream captures, which it breaks */
         for (unsigned k = 0; k < n % 4 + 1; k++)
             vpmm_host_enqueue(z->host, s);
         break;
@@ -752,8 +1392,10 @@ static int op_work(fz_t *z)
         vpmm_host_complete_all(z->host);
         break;
     default:
-        for (size_t i = 0; i < NSTREAMS; i++)
-            vpmm_host_advance(z->host, z->streams[i], 1);
+        for (int k = 0; k < 6; k++) /* the six slots but 0x2 (the legacy stream twice) */
+            vpmm_host_advance(z->host, ident_key(z, ident_of(z, k)), 1);
+        for (int t = 0; t < NTHREADS; t++)
+            vpmm_host_advance(z->host, z->ptkey[t], 1);
         break;
     }
     return 1;
@@ -761,63 +1403,93 @@ static int op_work(fz_t *z)
 
 static int op_stream_release(fz_t *z)
 {
-    size_t si = stream_index(z);
+    int si = slot_of(z), id = ident_of(z, si);
+    unsigned other = 0;
     vpmm_status_t st;
     /* A stream being released is about to be destroyed; CUDA forbids that during a capture. */
-    if (cap_of(z, si, NULL) != VPMM_CAPTURE_NONE)
+    if (cap_of(z, id, NULL) != VPMM_CAPTURE_NONE)
         return 0;
-    st = vpmm_stream_release(z->pool, z->streams[si]);
-    expect_status(z, "vpmm_stream_release", st, S(VPMM_SUCCESS), 0);
+    if (id == ID_LEGACY && z->pool->captures > 0)
+        other = S(VPMM_ERROR_STREAM_CAPTURING); /* its last marker would be legacy work */
+    if (id == ID_LEGACY && legacy_unguarded(z)) {
+        taint_ptds(z); /* it is legacy work: refused (906), and it breaks those captures */
+        other = S(VPMM_ERROR_DRIVER);
+    }
+    st = vpmm_stream_release(z->pool, slot_handle(z, si));
+    expect_status(z, "vpmm_stream_release", st, S(VPMM_SUCCESS) | other, 0);
+    if (st == VPMM_SUCCESS)
+        stream_released(z, rec_of(z, si), id);
     return 1;
 }
 
 static int op_capture_begin(fz_t *z)
 {
-    size_t si = stream_index(z);
+    int si = slot_of(z), id = ident_of(z, si);
     unsigned g = rd8(z), mode = rd8(z) % 4;
     vpmm_graph_pool_t *gp = NULL;
-    vpmm_capture_status_t before = cap_of(z, si, NULL), after;
+    vpmm_capture_status_t before = cap_of(z, id, NULL), after;
     vpmm_status_t st;
-    uint64_t id;
+    uint64_t cid;
 
     if (z->ngp > 0 && g % (z->ngp + 1) < z->ngp)
         gp = z->gps[g % (z->ngp + 1)].gp;
-    st = vpmm_capture_begin(z->pool, gp, z->streams[si],
+    st = vpmm_capture_begin(z->pool, gp, slot_handle(z, si),
                             mode == 3 ? (vpmm_stream_capture_mode_t)7
                                       : (vpmm_stream_capture_mode_t)mode);
-    if (is_legacy(si) || mode == 3)
+    if (id == ID_LEGACY || mode == 3)
         expect_status(z, "vpmm_capture_begin(bad argument)", st, S(VPMM_ERROR_INVALID_ARGUMENT), 1);
     else if (before != VPMM_CAPTURE_NONE)
         expect_status(z, "vpmm_capture_begin(capturing)", st, S(VPMM_ERROR_STREAM_CAPTURING), 0);
     else
         expect_status(z, "vpmm_capture_begin", st, S(VPMM_SUCCESS), 0);
-    after = cap_of(z, si, &id);
+    after = cap_of(z, id, &cid);
     if (st == VPMM_SUCCESS) {
         if (after != VPMM_CAPTURE_ACTIVE)
-            finding(z, "vpmm_capture_begin succeeded but stream %zu is not capturing", si);
-        z->origin[si] = id;
+            finding(z, "vpmm_capture_begin succeeded but stream %s is not capturing",
+                    ident_name(id));
+        cap_add(z, cid, id, (int)mode);
+        if (gp != NULL)
+            z->caps[z->ncaps - 1].gp = gstats(z, gp).id;
     } else if (before == VPMM_CAPTURE_NONE && after != VPMM_CAPTURE_NONE) {
-        finding(z, "vpmm_capture_begin failed with %s but left stream %zu capturing",
-                vpmm_status_name(st), si);
+        finding(z, "vpmm_capture_begin failed with %s but left stream %s capturing",
+                vpmm_status_name(st), ident_name(id));
     }
     return 1;
 }
 
 static int op_capture_end(fz_t *z)
 {
-    size_t si = stream_index(z);
-    uint64_t id;
-    vpmm_capture_status_t cap = cap_of(z, si, &id);
+    int si = slot_of(z), id = ident_of(z, si);
+    uint64_t cid, now;
+    vpmm_capture_status_t cap = cap_of(z, id, &cid);
+    const cap_t *c = cap == VPMM_CAPTURE_NONE ? NULL : cap_find(z, cid);
     vpmm_graph_t g = (vpmm_graph_t)static_buf;
-    vpmm_status_t st = vpmm_capture_end(z->pool, z->streams[si], &g);
+    vpmm_status_t st;
+    int goes_on = 0; /* a refused end leaves the capture running */
 
-    if (cap == VPMM_CAPTURE_NONE)
+    if (cap != VPMM_CAPTURE_NONE && c == NULL)
+        finding(z, "stream %s is in capture %llu, which the input never began", ident_name(id),
+                (unsigned long long)cid);
+    st = vpmm_capture_end(z->pool, slot_handle(z, si), &g);
+    if (cap == VPMM_CAPTURE_NONE) {
         expect_status(z, "vpmm_capture_end(not capturing)", st, S(VPMM_ERROR_NOT_CAPTURING),
-                      is_legacy(si));
-    else if (cap == VPMM_CAPTURE_ACTIVE && z->origin[si] == id)
+                      id == ID_LEGACY);
+    } else if (c->ident != id) {
+        expect_status(z, "vpmm_capture_end(joined)", st, S(VPMM_ERROR_DRIVER), 0);
+        goes_on = 1;
+    } else if (cap_wrong_thread(z, c)) {
+        expect_status(z, "vpmm_capture_end(another thread's capture)", st, S(VPMM_ERROR_DRIVER), 0);
+        goes_on = 1;
+    } else if (cap == VPMM_CAPTURE_ACTIVE) {
         expect_status(z, "vpmm_capture_end", st, S(VPMM_SUCCESS), 0);
-    else /* invalidated, or joined by a stream that did not begin it */
-        expect_status(z, "vpmm_capture_end(invalidated or joined)", st, S(VPMM_ERROR_DRIVER), 0);
+    } else {
+        expect_status(z, "vpmm_capture_end(invalidated)", st, S(VPMM_ERROR_DRIVER), 0);
+    }
+    if (goes_on && (cap_of(z, c->ident, &now) == VPMM_CAPTURE_NONE || now != cid))
+        finding(z,
+                "vpmm_capture_end on %s was refused but capture %llu (begun by thread %u, "
+                "mode %d) is over",
+                ident_name(id), (unsigned long long)cid, c->thread, c->mode);
     if (st != VPMM_SUCCESS) {
         if (g != NULL)
             finding(z, "vpmm_capture_end failed with %s but returned a graph",
@@ -826,77 +1498,109 @@ static int op_capture_end(fz_t *z)
     }
     if (g == NULL)
         finding(z, "vpmm_capture_end succeeded without a graph");
-    if (cap_of(z, si, NULL) != VPMM_CAPTURE_NONE)
-        finding(z, "vpmm_capture_end succeeded but stream %zu is still capturing", si);
-    z->origin[si] = 0;
+    if (cap_of(z, id, NULL) != VPMM_CAPTURE_NONE)
+        finding(z, "vpmm_capture_end succeeded but stream %s is still capturing", ident_name(id));
     keep_graph(z, g);
     return 1;
 }
 
 static int op_ext_begin(fz_t *z)
 {
-    size_t si = stream_index(z);
-    vpmm_capture_status_t cap = cap_of(z, si, NULL);
-    uint64_t id = 0;
-    vpmm_dres_t r = vpmm_host_begin_capture(z->host, z->streams[si], &id);
-    vpmm_dres_t want = is_legacy(si)              ? VPMM_DRV_NOT_SUPPORTED
+    int si = slot_of(z), id = ident_of(z, si);
+    vpmm_capture_status_t cap = cap_of(z, id, NULL);
+    uint64_t cid = 0;
+    vpmm_dres_t r = vpmm_host_begin_capture(z->host, slot_handle(z, si), &cid);
+    vpmm_dres_t want = id == ID_LEGACY            ? VPMM_DRV_NOT_SUPPORTED
                        : cap != VPMM_CAPTURE_NONE ? VPMM_DRV_ERROR
                                                   : VPMM_DRV_OK;
     if (r != want)
         finding(z, "vpmm_host_begin_capture returned %d, expected %d", (int)r, (int)want);
     if (r == VPMM_DRV_OK)
-        z->origin[si] = id;
+        cap_add(z, cid, id, VPMM_STREAM_CAPTURE_GLOBAL);
     return 1;
 }
 
 static int op_ext_end(fz_t *z)
 {
-    size_t si = stream_index(z);
+    int si = slot_of(z), id = ident_of(z, si);
     unsigned how = rd8(z) % 2;
+    uint64_t cid, now;
+    vpmm_capture_status_t cap = cap_of(z, id, &cid);
+    const cap_t *c = cap == VPMM_CAPTURE_NONE ? NULL : cap_find(z, cid);
     vpmm_graph_t g = NULL;
-    vpmm_dres_t r;
+    vpmm_dres_t r, want = VPMM_DRV_ERROR;
+    int goes_on = 0;
+
+    if (cap != VPMM_CAPTURE_NONE && c == NULL)
+        finding(z, "stream %s is in capture %llu, which the input never began", ident_name(id),
+                (unsigned long long)cid);
+    if (c != NULL && (c->ident != id || cap_wrong_thread(z, c)))
+        goes_on = 1; /* joined (903), or another thread's (908) */
+    else if (cap == VPMM_CAPTURE_ACTIVE)
+        want = VPMM_DRV_OK; /* (an invalidated one ends with 901) */
     if (how == 0) {
-        r = vpmm_host_end_capture(z->host, z->streams[si]);
+        r = vpmm_host_end_capture(z->host, slot_handle(z, si));
     } else {
-        r = z->host->end_capture(z->host, z->streams[si], &g);
+        r = z->host->end_capture(z->host, slot_handle(z, si), &g);
         if (r == VPMM_DRV_OK && g != NULL)
             keep_graph(z, g);
     }
-    if (r != VPMM_DRV_OK && r != VPMM_DRV_ERROR)
-        finding(z, "the host backend's end_capture returned %d", (int)r);
+    if (r != want)
+        finding(z, "the host backend's end_capture on %s returned %d, expected %d", ident_name(id),
+                (int)r, (int)want);
+    if (goes_on && (cap_of(z, c->ident, &now) == VPMM_CAPTURE_NONE || now != cid))
+        finding(z, "the host backend's end_capture on %s was refused but ended capture %llu",
+                ident_name(id), (unsigned long long)cid);
     return 1;
 }
 
 static int op_capture_register(fz_t *z)
 {
-    size_t si = stream_index(z);
-    unsigned g = rd8(z);
+    int si = slot_of(z), id = ident_of(z, si);
+    unsigned g = rd8(z), gid, rec = 0;
     vpmm_capture_status_t cap;
+    vpmm_graph_pool_t *gp;
     vpmm_status_t st;
+    uint64_t cid;
     if (z->ngp == 0)
         return 0;
-    cap = cap_of(z, si, NULL);
-    st = vpmm_capture_register(z->pool, z->gps[g % z->ngp].gp, z->streams[si]);
+    gp = z->gps[g % z->ngp].gp;
+    gid = gstats(z, gp).id;
+    cap = cap_of(z, id, &cid);
+    if (cap != VPMM_CAPTURE_NONE)
+        rec = record_gp(z, cid);
+    st = vpmm_capture_register(z->pool, gp, slot_handle(z, si));
     if (cap == VPMM_CAPTURE_NONE)
         expect_status(z, "vpmm_capture_register(not capturing)", st, S(VPMM_ERROR_NOT_CAPTURING),
-                      is_legacy(si));
+                      id == ID_LEGACY);
+    else if (rec != 0) /* already served: by this graph pool, or by another one */
+        expect_status(z, "vpmm_capture_register(served)", st,
+                      S(rec == gid ? VPMM_SUCCESS : VPMM_ERROR_WRONG_POOL), 0);
     else
-        expect_status(z, "vpmm_capture_register", st,
-                      S(VPMM_SUCCESS) | S(VPMM_ERROR_WRONG_POOL) |
-                          (cap == VPMM_CAPTURE_INVALIDATED ? S(VPMM_ERROR_DRIVER) : 0),
-                      0);
+        expect_status(
+            z, "vpmm_capture_register", st,
+            S(VPMM_SUCCESS) | (cap == VPMM_CAPTURE_INVALIDATED ? S(VPMM_ERROR_DRIVER) : 0), 0);
+    if (st == VPMM_SUCCESS) {
+        cap_t *c = cap_find(z, cid);
+        if (c == NULL)
+            finding(z, "stream %s is in capture %llu, which the input never began", ident_name(id),
+                    (unsigned long long)cid);
+        cap_served_by(z, c, gid, "vpmm_capture_register");
+    }
     return 1;
 }
 
 static int op_capture_gp(fz_t *z)
 {
-    size_t si = stream_index(z);
-    vpmm_capture_status_t cap = cap_of(z, si, NULL);
+    int si = slot_of(z), id = ident_of(z, si);
+    uint64_t cid;
+    vpmm_capture_status_t cap = cap_of(z, id, &cid);
     vpmm_graph_pool_t *gp = (vpmm_graph_pool_t *)static_buf;
-    vpmm_status_t st = vpmm_capture_graph_pool(z->pool, z->streams[si], &gp);
+    vpmm_status_t st = vpmm_capture_graph_pool(z->pool, slot_handle(z, si), &gp);
+    cap_t *c;
     if (cap == VPMM_CAPTURE_NONE)
         expect_status(z, "vpmm_capture_graph_pool(not capturing)", st, S(VPMM_ERROR_NOT_CAPTURING),
-                      is_legacy(si));
+                      id == ID_LEGACY);
     else
         expect_status(
             z, "vpmm_capture_graph_pool", st,
@@ -906,6 +1610,11 @@ static int op_capture_gp(fz_t *z)
             finding(z, "vpmm_capture_graph_pool failed but returned a graph pool");
         return 1;
     }
+    c = cap_find(z, cid);
+    if (c == NULL)
+        finding(z, "stream %s is in capture %llu, which the input never began", ident_name(id),
+                (unsigned long long)cid);
+    cap_served_by(z, c, gstats(z, gp).id, "vpmm_capture_graph_pool");
     gref_add(z, gp);
     return 1;
 }
@@ -927,7 +1636,7 @@ static int op_graph_destroy(fz_t *z)
 static int op_exec(fz_t *z)
 {
     unsigned kind = rd8(z) % 3, i = rd8(z);
-    size_t si = stream_index(z);
+    int si = slot_of(z), id = ident_of(z, si);
     vpmm_dres_t r;
     if (kind == 0) {
         vpmm_host_exec_t e;
@@ -943,10 +1652,16 @@ static int op_exec(fz_t *z)
         return 0;
     i %= (unsigned)z->nexec;
     if (kind == 1) {
-        vpmm_capture_status_t cap = cap_of(z, si, NULL);
-        r = vpmm_host_graph_launch(z->host, z->execs[i], z->streams[si]);
-        if (r != (cap == VPMM_CAPTURE_NONE ? VPMM_DRV_OK : VPMM_DRV_NOT_SUPPORTED))
-            finding(z, "vpmm_host_graph_launch returned %d", (int)r);
+        vpmm_dres_t want =
+            cap_of(z, id, NULL) != VPMM_CAPTURE_NONE ? VPMM_DRV_NOT_SUPPORTED : VPMM_DRV_OK;
+        if (id == ID_LEGACY && ptds_capturing(z)) {
+            taint_ptds(z); /* legacy work: refused (906), and it breaks those captures */
+            want = VPMM_DRV_ERROR;
+        }
+        r = vpmm_host_graph_launch(z->host, z->execs[i], slot_handle(z, si));
+        if (r != want)
+            finding(z, "vpmm_host_graph_launch on %s returned %d, expected %d", ident_name(id),
+                    (int)r, (int)want);
     } else {
         r = vpmm_host_exec_destroy(z->host, z->execs[i]);
         if (r != VPMM_DRV_OK)
@@ -1350,21 +2065,39 @@ static int op_inspect(fz_t *z)
 
 static int op_sync(fz_t *z)
 {
-    (void)z->host->synchronize(z->host); /* refused during a capture, which it invalidates */
+    for (size_t i = 0; i < z->ncaps; i++)
+        z->caps[i].tainted = 1; /* refused during a capture, which it invalidates */
+    (void)z->host->synchronize(z->host);
     return 1;
 }
 
-typedef int (*op_fn)(fz_t *z); /* returns 0 if the operation had nothing to act on */
+/* Not an operation of its own (neither checked nor counted): where the next ones run. */
+static int op_thread(fz_t *z)
+{
+    z->thread = rd8(z) % NTHREADS;
+    if (verbose)
+        fprintf(stderr, "    now on thread %u\n", z->thread);
+    return 0;
+}
 
 static const op_fn op_table[OP_COUNT] = {
     op_malloc,        op_free,          op_free_bad,   op_work,      op_stream_release,
     op_capture_begin, op_capture_end,   op_ext_begin,  op_ext_end,   op_capture_register,
     op_capture_gp,    op_graph_destroy, op_exec,       op_gp_create, op_gp_ref,
     op_ck_take,       op_ck_reapply,    op_ck_destroy, op_trim,      op_fault,
-    op_inspect,       op_sync,
+    op_inspect,       op_sync,          op_thread,
 };
 
 /* ---- one input ------------------------------------------------------------------------------ */
+
+/* The calling thread's per-thread stream, by its key (the harness's name for it). */
+static int learn_thread_stream(fz_t *z)
+{
+    z->ptkey[z->thread] = vpmm_host_thread_stream(z->host);
+    if (z->ptkey[z->thread] == NULL)
+        finding(z, "vpmm_host_thread_stream failed");
+    return 1;
+}
 
 static void setup(fz_t *z)
 {
@@ -1390,10 +2123,16 @@ static void setup(fz_t *z)
     cfg.prealloc_pages = (z->cfg & 0x80) ? 2 : 0;
     cfg.max_bytes = z->max_bytes;
     cfg.cache_percent = cache[(z->cfg >> 4) & 3];
+    z->ptd_default = z->cfg2 & 1;
+    cfg.default_stream =
+        z->ptd_default ? VPMM_DEFAULT_STREAM_PER_THREAD : VPMM_DEFAULT_STREAM_LEGACY;
     st = vpmm_i_options_resolve(&cfg, &opt);
     if (st != VPMM_SUCCESS)
         finding(z, "options: %s", vpmm_status_name(st));
-    ho = (vpmm_host_options_t){ .granularity = gran[z->cfg & 3], .memory_limit = z->memory_limit };
+    /* The pool's own host backend would follow its default stream (pool.c); this one must too. */
+    ho = (vpmm_host_options_t){ .granularity = gran[z->cfg & 3],
+                                .memory_limit = z->memory_limit,
+                                .per_thread_default_stream = z->ptd_default };
     if (vpmm_host_open(&ho, &z->host) != VPMM_DRV_OK)
         finding(z, "vpmm_host_open failed");
     if (vpmm_fault_wrap(z->host, &z->fault) != VPMM_DRV_OK)
@@ -1401,22 +2140,33 @@ static void setup(fz_t *z)
     st = vpmm_i_pool_create_on(&opt, z->fault, 0, &z->pool);
     if (st != VPMM_SUCCESS)
         finding(z, "pool creation failed: %s", vpmm_status_name(st));
-    z->streams[0] = NULL;
-    z->streams[1] = (vpmm_stream_t)(uintptr_t)1; /* CU_STREAM_LEGACY */
-    for (size_t i = 2; i < NSTREAMS; i++) {
-        z->streams[i] = vpmm_host_stream_create(z->host);
-        if (z->streams[i] == NULL)
+    for (size_t i = 0; i < NCREATED; i++) {
+        z->created[i] = vpmm_host_stream_create(z->host);
+        if (z->created[i] == NULL)
             finding(z, "vpmm_host_stream_create failed");
     }
+    for (unsigned t = 0; t < NTHREADS; t++)
+        run_on(z, t, learn_thread_stream);
     check_all(z);
 }
 
 static int any_capture(const fz_t *z)
 {
-    for (size_t si = 2; si < NSTREAMS; si++)
-        if (cap_of(z, si, NULL) != VPMM_CAPTURE_NONE)
+    for (int id = ID_S1; id < NIDENT; id++)
+        if (cap_of(z, id, NULL) != VPMM_CAPTURE_NONE)
             return 1;
     return 0;
+}
+
+/* Ends the capture stream z->arg began, on the thread running this. */
+static int end_capture_here(fz_t *z)
+{
+    vpmm_graph_t g = NULL;
+    vpmm_status_t st = vpmm_capture_end(z->pool, ident_handle(z, z->arg), &g);
+    expect_status(z, "vpmm_capture_end(cleanup)", st, S(VPMM_SUCCESS) | S(VPMM_ERROR_DRIVER), 1);
+    if (st == VPMM_SUCCESS)
+        keep_graph(z, g);
+    return 1;
 }
 
 /* Ends everything and destroys the pool; nothing may be left in the driver. */
@@ -1430,17 +2180,24 @@ static void cleanup(fz_t *z)
     z->op = -1;
     vpmm_fault_clear(z->fault);
     z->armed = 0;
+    z->thread = 0;
+    /* Each capture is ended by the thread that began it (the only one allowed, unless RELAXED). */
     for (int pass = 0; pass < 4 && any_capture(z); pass++) {
-        for (size_t si = 2; si < NSTREAMS; si++) {
-            vpmm_graph_t g = NULL;
-            if (cap_of(z, si, NULL) == VPMM_CAPTURE_NONE)
+        for (int id = ID_S1; id < NIDENT; id++) {
+            uint64_t cid;
+            const cap_t *c;
+            if (cap_of(z, id, &cid) == VPMM_CAPTURE_NONE)
                 continue;
-            st = vpmm_capture_end(z->pool, z->streams[si], &g);
-            expect_status(z, "vpmm_capture_end(cleanup)", st,
-                          S(VPMM_SUCCESS) | S(VPMM_ERROR_DRIVER), 1);
-            if (st == VPMM_SUCCESS)
-                keep_graph(z, g);
+            c = cap_find(z, cid);
+            if (c == NULL)
+                finding(z, "stream %s is in capture %llu, which the input never began",
+                        ident_name(id), (unsigned long long)cid);
+            if (c->ident != id)
+                continue; /* joined: its origin's end ends it */
+            z->arg = id;
+            run_on(z, c->thread, end_capture_here);
         }
+        caps_check(z);
     }
     if (any_capture(z))
         finding(z, "a capture cannot be ended");
@@ -1505,7 +2262,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     z->len = size;
     z->cfg = data[0];
     z->pos = 1;
+    z->cfg2 = rd8(z);
     z->op = -1;
+    workers_start();
     setup(z);
     while (z->pos < z->len) {
         int op = (int)(rd8(z) & 31), done;
@@ -1513,10 +2272,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (op >= OP_COUNT)
             op = op < 27 ? OP_MALLOC : OP_FREE;
         z->op = op;
-        if (verbose)
+        if (verbose && z->thread != 0 && op != OP_THREAD)
+            fprintf(stderr, "op %llu: %s (thread %u)\n", (unsigned long long)z->nop, op_names[op],
+                    z->thread);
+        else if (verbose)
             fprintf(stderr, "op %llu: %s\n", (unsigned long long)z->nop, op_names[op]);
         injected = vpmm_fault_injected(z->fault);
-        done = op_table[op](z);
+        done = op == OP_THREAD ? op_thread(z) : run_here(z, op_table[op]);
         if (verbose && vpmm_fault_injected(z->fault) != injected)
             fprintf(stderr, "    %llu driver failure(s) injected, the last in %s\n",
                     (unsigned long long)(vpmm_fault_injected(z->fault) - injected),
@@ -1527,12 +2289,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             vpmm_fault_clear(z->fault); /* an arming lasts one operation */
             z->armed = 0;
         }
+        if (verbose)
+            trace_waits(z);
         check_all(z);
+        caps_check(z);
+        stream_order_check(z);
         z->nop++;
         if (++total_ops % 1000000 == 0)
             fprintf(stderr, "fuzz_ops: %llu operations so far\n", (unsigned long long)total_ops);
     }
     cleanup(z);
+    for (size_t i = 0; i < z->npend; i++)
+        free(z->pend[i].pc);
     total_inputs++;
     return 0;
 }
@@ -1543,6 +2311,7 @@ static void at_exit(void)
 {
     fprintf(stderr, "fuzz_ops: %llu operations in %llu inputs\n", (unsigned long long)total_ops,
             (unsigned long long)total_inputs);
+    workers_stop_all();
     if (side_pool != NULL) {
         vpmm_free(side_pool, side_ptr);
         vpmm_pool_destroy(side_pool);

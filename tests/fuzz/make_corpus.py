@@ -10,14 +10,24 @@ Two kinds of seeds, in the encoding described at the top of fuzz_ops.c:
             stream, each free a FREE of that allocation (by malloc number), and each "free
             completed" event advances its stream by one kernel. Blocks allocated before the
             slice are ignored; blocks still live at its end are freed by the harness's cleanup.
-            Some slices keep the trace's streams, others spread blocks over four streams.
+            Some slices keep the trace's streams, others spread blocks over four streams;
+            trace-*-ptds-* make each trace stream one thread's per-thread stream (0x2) and free
+            half of the blocks from another thread.
   hand-*    hand-written scenarios: graph trees (capture, checkpoint, reapply with dead
             pointers), captures begun and ended outside vpmm, an invalidated capture, graph
             instantiation and launches, every kind of bad free and absurd size, OOM with trim,
-            defragmentation across streams, and driver failures injected into each of those.
+            defragmentation across streams, and driver failures injected into each of those;
+            per-thread streams (hand-ptds-*): the per-thread handle used from four threads with
+            cross-thread frees and reuse, captures on per-thread streams and captures begun by
+            workers (ends from the wrong thread, relaxed ends, legacy work and SYNC breaking
+            them), everything that could make vpmm work on the legacy stream during a per-thread
+            capture it knows of, and one it does not (begun outside vpmm), and stream 0 as the
+            per-thread stream.
 
 The output is deterministic (fixed seeds, sorted traces). Usage:
   tests/fuzz/make_corpus.py [--out DIR]      (default: tests/fuzz/corpus next to this script)
+  tests/fuzz/make_corpus.py --upgrade FILE...  rewrites inputs of the first encoding (no second
+                                             config byte) in place: they decode as before
 """
 import argparse
 import gzip
@@ -34,10 +44,14 @@ KiB = 1 << 10
 # Opcodes (fuzz_ops.c).
 (MALLOC, FREE, FREE_BAD, WORK, STREAM_RELEASE, CAPTURE_BEGIN, CAPTURE_END, EXT_BEGIN, EXT_END,
  CAPTURE_REGISTER, CAPTURE_GP, GRAPH_DESTROY, EXEC, GP_CREATE, GP_REF, CK_TAKE, CK_REAPPLY,
- CK_DESTROY, TRIM, FAULT, INSPECT, SYNC) = range(22)
+ CK_DESTROY, TRIM, FAULT, INSPECT, SYNC, THREAD) = range(23)
 
-# Stream operand indices: 0 NULL, 1 CU_STREAM_LEGACY, 2..5 created streams.
-S1, S2, S3, S4 = 2, 3, 4, 5
+# Stream operand slots: 0 NULL, 1 CU_STREAM_LEGACY, 2..5 created streams, 6 CU_STREAM_PER_THREAD
+# (the per-thread stream of the thread running the operation; NULL too when config2 says so).
+NULLS, LEGACY, S1, S2, S3, S4, PT = range(7)
+
+# Capture modes.
+GLOBAL, THREAD_LOCAL, RELAXED = range(3)
 
 # Driver entries (driver.h, vpmm_drv_entry_t).
 (GRANULARITY, VA_RESERVE, VA_FREE, MEM_CREATE, MEM_RELEASE, MEM_MAP, MEM_UNMAP, SET_ACCESS,
@@ -52,11 +66,16 @@ def config(page=0, memory=0, cache=0, cap=False, prealloc=False):
     return page | memory << 2 | cache << 4 | (0x40 if cap else 0) | (0x80 if prealloc else 0)
 
 
+def config2(ptd_default=False):
+    """The second config byte: bit 0, stream 0 is the calling thread's per-thread stream."""
+    return 1 if ptd_default else 0
+
+
 class Prog:
     """Assembles operations; numbers mallocs as the harness does (serial = malloc op index)."""
 
-    def __init__(self, cfg):
-        self.b = bytearray([cfg])
+    def __init__(self, cfg, cfg2=0):
+        self.b = bytearray([cfg, cfg2])
         self.serial = 0
 
     def op(self, code, *operands):
@@ -77,17 +96,18 @@ class Prog:
     def free_bad(self, kind, v=0, off=0):
         return self.op(FREE_BAD, (1, kind), (2, v), (4, off))
 
-    def work(self, s, kind, n=0):
-        return self.op(WORK, (1, s), (1, kind), (1, n))
+    def work(self, s, kind, n=0, other=0):
+        """other: on a per-thread slot, the per-thread stream of thread (current + other) % 4."""
+        return self.op(WORK, (1, s), (1, kind + 40 * other), (1, n))
 
-    def enqueue(self, s, n=1):
-        return self.work(s, 0, n - 1)
+    def enqueue(self, s, n=1, other=0):
+        return self.work(s, 0, n - 1, other)
 
-    def complete(self, s):
-        return self.work(s, 1)
+    def complete(self, s, other=0):
+        return self.work(s, 1, 0, other)
 
-    def advance(self, s, n=1):
-        return self.work(s, 2, n - 1)
+    def advance(self, s, n=1, other=0):
+        return self.work(s, 2, n - 1, other)
 
     def complete_all(self):
         return self.work(0, 3)
@@ -150,6 +170,10 @@ class Prog:
     def sync(self):
         return self.op(SYNC)
 
+    def thread(self, t):
+        """The following operations run on thread t (0 main, 1-3 workers)."""
+        return self.op(THREAD, (1, t))
+
     def bytes(self):
         return bytes(self.b)
 
@@ -167,8 +191,9 @@ def load_trace(path):
     return ops
 
 
-def trace_seed(ops, start, count, cfg, memory, spread, rng):
-    """Operations for events [start, start + count) of a trace."""
+def trace_seed(ops, start, count, cfg, memory, spread, rng, threads=False):
+    """Operations for events [start, start + count) of a trace. threads: each trace stream is the
+    per-thread stream of one of the four threads, blocks are freed by any thread."""
     window = ops[start:start + count]
     live, peak, cur, biggest = {}, 0, 0, 1
     for kind, addr, size, _ in window:
@@ -185,21 +210,43 @@ def trace_seed(ops, start, count, cfg, memory, spread, rng):
     p = Prog(cfg)
     serial_of, stream_of = {}, {}
     streams = sorted({s for _, _, _, s in window})
+    cur = 0  # the thread running operations (threads=True)
+
+    def on(t):
+        nonlocal cur
+        if t != cur:
+            p.thread(t)
+            cur = t
+
     for kind, addr, size, stream in window:
         if kind == "a":
-            if spread:
+            if threads:
+                t = streams.index(stream) % 4
+                on(t)
+                s = (PT, t)
+            elif spread:
                 s = S1 + (addr >> 12) % 4
             else:
                 s = 0 if stream == 0 else S1 + streams.index(stream) % 4
             stream_of[addr] = s
-            serial_of[addr] = p.malloc(s, max(1, size // scale))
-            p.enqueue(s)
+            if threads:
+                serial_of[addr] = p.malloc(PT, max(1, size // scale))
+                p.enqueue(PT)
+            else:
+                serial_of[addr] = p.malloc(s, max(1, size // scale))
+                p.enqueue(s)
         elif kind == "f":
             if addr in serial_of:
+                if threads and rng.random() < 0.5:
+                    on(rng.randrange(4))  # a cross-thread free
                 p.free(serial_of.pop(addr))
         elif kind == "c":
             if addr in stream_of:
-                p.advance(stream_of.pop(addr))
+                s = stream_of.pop(addr)
+                if threads:
+                    p.advance(PT, other=(s[1] - cur) % 4)
+                else:
+                    p.advance(s)
         if rng.random() < 0.004:
             p.inspect(rng.choice([0, 1]))
     p.inspect(1)
@@ -230,6 +277,15 @@ def trace_seeds(out):
             memory = memories[mem] // (4 if page == 1 else 1)  # as fuzz_ops.c's setup()
             data = trace_seed(ops, start, count, cfg, memory, spread=(k % 2 == 1), rng=rng)
             write(out, "trace-%s-%d" % (base, k), data)
+            written += 1
+        for k in range(2):  # the trace's streams as four threads' per-thread streams
+            count = rng.choice([400, 800, 1500])
+            start = rng.randrange(0, max(1, len(ops) - count))
+            page, mem, cache = (k * 2) % 4, rng.randrange(4), rng.randrange(4)
+            cfg = config(page, mem, cache)
+            memory = memories[mem] // (4 if page == 1 else 1)
+            data = trace_seed(ops, start, count, cfg, memory, spread=False, rng=rng, threads=True)
+            write(out, "trace-%s-ptds-%d" % (base, k), data)
             written += 1
     return written
 
@@ -439,15 +495,305 @@ def fault_sweep(cfg, rng):
     return p.bytes()
 
 
+# ---- per-thread streams -------------------------------------------------------------------------
+
+def ptds_threads(cfg, cfg2, rng):
+    """Every thread allocates on its own per-thread stream (0x2) and enqueues work; blocks are
+    freed by other threads while that work is pending, and reused by other threads' per-thread
+    streams (which must then wait), by the legacy stream (which waits for every per-thread stream
+    anyway) and by created streams; slow paths (defragmentation, trim) with all of it pending."""
+    p = Prog(cfg, cfg2)
+    blocks = {}
+    for t in range(4):
+        p.thread(t)
+        blocks[t] = [p.malloc(PT, sz) for sz in (3000, 700 * KiB, 3 * MiB, 256)]
+        p.enqueue(PT, 2)
+    for t in range(4):  # cross-thread frees, the owners' work pending
+        p.thread(t)
+        for s in blocks[(t + 1) % 4][:3]:
+            p.free(s)
+    p.thread(2)
+    again = [p.malloc(PT, sz) for sz in (3000, 700 * KiB, 3 * MiB)]
+    p.enqueue(PT)
+    p.advance(PT)  # thread 2's own stream first: must not pass what it waits for
+    p.advance(PT, 2, other=1)  # thread 3's, through its key
+    p.thread(0)
+    p.enqueue(LEGACY)
+    p.advance(LEGACY)
+    p.malloc(LEGACY, 700 * KiB)
+    p.malloc(S1, 3 * MiB)
+    p.enqueue(S1)
+    p.thread(1)
+    big = p.malloc(PT, 20 * MiB)  # slow path: other threads' pending memory
+    p.enqueue(PT)
+    p.advance(PT, 2)
+    for i in range(40):
+        p.thread(rng.randrange(4))
+        r = rng.random()
+        if r < 0.45:
+            again.append(p.malloc(rng.choice([PT, PT, S2, LEGACY]),
+                                  rng.choice([300, 5000, 200 * KiB, 2 * MiB, 6 * MiB])))
+            p.enqueue(PT)
+        elif r < 0.8 and again:
+            p.free(again.pop(rng.randrange(len(again))))
+        elif r < 0.9:
+            p.advance(PT, rng.randrange(1, 3), other=rng.randrange(4))
+        else:
+            p.work(PT, 4)  # every stream advances by one
+    p.thread(3)
+    p.stream_release(PT)
+    p.thread(0)
+    p.trim(1, 32)
+    p.free(big)
+    p.inspect(0).inspect(1)
+    p.complete_all()
+    p.trim(0)
+    p.inspect(0)
+    return p.bytes()
+
+
+def ptds_captures(cfg, cfg2):
+    """Captures on per-thread streams and on created streams begun by workers: allocations in
+    them come from their graph pools, ends from the wrong thread are refused (global and
+    thread-local modes), relaxed ones may end anywhere, per-thread blocks are freed by other
+    threads during captures, external captures on per-thread streams, legacy work that breaks a
+    per-thread capture, and a SYNC that breaks them all."""
+    p = Prog(cfg, cfg2)
+    p.gp_create()
+    p.thread(2)
+    owned = [p.malloc(PT, sz) for sz in (100 * KiB, 2 * MiB)]
+    p.enqueue(PT)
+    p.thread(1)
+    p.capture_begin(PT, gp=0, mode=GLOBAL)
+    a = [p.malloc(PT, sz) for sz in (3000, 1 * MiB)]
+    p.capture_gp(PT)
+    p.free(owned[0])  # thread 2's block, freed on thread 1 during thread 1's capture
+    p.thread(2)
+    p.malloc(PT, 1 * MiB)  # thread 2's own stream is not capturing
+    p.capture_end(PT)  # not capturing: 0x2 is thread 2's stream here
+    p.capture_begin(S1, mode=GLOBAL)
+    p.thread(0)
+    s1 = p.malloc(S1, 1000)  # in thread 2's capture, from its graph pool
+    p.capture_end(S1)  # refused: thread 2 began it
+    p.thread(2)
+    p.capture_end(S1)
+    p.thread(3)
+    p.capture_begin(S2, mode=RELAXED)
+    p.malloc(S2, 2 * MiB)
+    p.thread(0)
+    p.capture_end(S2)  # relaxed: any thread may end it
+    p.thread(3)
+    p.capture_begin(S3, mode=THREAD_LOCAL)
+    p.thread(1)
+    p.capture_end(S3)  # refused
+    p.thread(0)
+    p.malloc(S4, 24 * MiB)  # a slow path while per-thread and created streams capture
+    p.trim(0)
+    p.thread(3)
+    p.capture_end(S3)
+    p.thread(1)
+    p.malloc(PT, 5 * MiB)
+    p.capture_end(PT)
+    p.ck_take(0)
+    p.thread(2)
+    p.ext_begin(PT)  # begun outside vpmm on a per-thread stream
+    p.malloc(PT, 4096)
+    p.capture_gp(PT)
+    p.thread(0)
+    p.ext_end(PT)  # main's own per-thread stream is not capturing
+    p.thread(2)
+    p.ext_end(PT, keep_graph=1)
+    p.thread(3)
+    p.capture_begin(PT, mode=GLOBAL)
+    p.malloc(PT, 10000)
+    p.thread(0)
+    p.enqueue(LEGACY)  # legacy work: refused, and thread 3's capture is invalidated
+    p.thread(3)
+    p.malloc(PT, 300)
+    p.capture_end(PT)
+    p.thread(1)
+    p.capture_begin(PT, gp=0, mode=THREAD_LOCAL)
+    p.malloc(PT, 70000)
+    p.sync()  # invalidates it
+    p.capture_end(PT)
+    p.thread(0)
+    p.exec_(0, 0).exec_(1, 0, PT).exec_(1, 0, LEGACY)
+    p.advance(LEGACY)
+    p.graph_destroy(0).graph_destroy(0)
+    p.free(s1)
+    for s in a + owned:
+        p.free(s)
+    p.gp_ref(True, 0)
+    p.complete_all()
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ptds_legacy_work(cfg):
+    """While a per-thread stream captures (known to vpmm), everything that could make vpmm work
+    on the legacy stream: its own pending frees wanted by a slow path on another stream, a
+    capture begun by another thread, trim, a malloc and a release on the legacy stream. None of
+    it may invalidate the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)."""
+    p = Prog(cfg)
+    x = [p.malloc(LEGACY, sz) for sz in (5000, 3 * MiB, 200 * KiB)]
+    p.enqueue(LEGACY)
+    y = p.malloc(NULLS, 6 * MiB)
+    p.thread(1)
+    mine = p.malloc(PT, 2 * MiB)
+    p.enqueue(PT)
+    p.free(y)  # freed on thread 1, pending on the legacy stream
+    p.capture_begin(PT)
+    p.malloc(PT, 1000)
+    p.thread(0)
+    for s in x:
+        p.free(s)
+    p.malloc(S1, 30 * MiB)  # slow path: the legacy stream's pending memory is wanted
+    p.trim(0)
+    p.thread(2)
+    p.capture_begin(S2, mode=RELAXED)  # polls every stream first
+    p.malloc(S2, 4 * MiB)
+    p.malloc(PT, 3 * MiB)
+    p.thread(0)
+    p.malloc(LEGACY, 3 * MiB)
+    p.malloc(NULLS, 20 * MiB)
+    p.stream_release(LEGACY)
+    p.capture_end(S2)  # relaxed: the main thread may end it
+    p.thread(1)
+    p.free(mine)
+    p.malloc(PT, 70000)
+    p.capture_end(PT)
+    p.thread(0)
+    p.stream_release(NULLS)
+    p.complete_all()
+    p.malloc(S1, 30 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ptds_unseen_capture(cfg):
+    """A per-thread stream captured outside vpmm: unseen, vpmm's legacy-stream work may break it
+    (and the malloc that needed it fails with 906); registered, it may not."""
+    p = Prog(cfg)
+    x = p.malloc(LEGACY, 20)  # a fresh page, the rest of it pending on the legacy stream too
+    p.enqueue(LEGACY)
+    p.thread(1)
+    p.ext_begin(PT)
+    p.thread(0)
+    p.free(x)
+    p.malloc(S1, 1)  # may mark the legacy stream: the capture vpmm never saw breaks
+    p.thread(1)
+    p.ext_end(PT)
+    p.thread(0)
+    y = p.malloc(LEGACY, 20)
+    p.malloc(S3, 64 * MiB)  # out of memory: nothing left to grow into
+    p.enqueue(LEGACY)
+    p.thread(1)
+    p.gp_create()
+    p.ext_begin(PT)
+    p.register(PT, 0)  # now vpmm knows of it
+    p.thread(0)
+    p.free(y)
+    p.malloc(S1, 1)
+    p.malloc(S2, 3 * MiB)
+    p.trim(0)
+    p.thread(1)
+    p.malloc(PT, 5000)
+    p.ext_end(PT, keep_graph=1)
+    p.thread(0)
+    p.complete_all()
+    p.malloc(S1, 2 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ptds_default(cfg):
+    """Stream 0 is per-thread (config2 bit 0): NULL names each thread's own stream, captures on
+    it are allowed, 0x1 is still the legacy stream."""
+    p = Prog(cfg, config2(ptd_default=True))
+    mine = {}
+    for t in range(4):
+        p.thread(t)
+        mine[t] = [p.malloc(NULLS, sz) for sz in (512, 300 * KiB, 2 * MiB)]
+        p.enqueue(NULLS)
+    p.thread(1)
+    for s in mine[0]:
+        p.free(s)
+    p.malloc(NULLS, 300 * KiB)
+    p.capture_begin(NULLS)
+    p.malloc(NULLS, 5000)
+    p.capture_end(NULLS)
+    p.thread(0)
+    p.malloc(LEGACY, 2 * MiB)  # the legacy stream waits for every thread's stream
+    p.enqueue(LEGACY)
+    p.advance(NULLS, 1, other=1)
+    p.advance(LEGACY)
+    p.capture_begin(LEGACY)  # still the legacy stream: refused
+    p.thread(3)
+    for s in mine[1] + mine[2]:
+        p.free(s)
+    p.malloc(PT, 2 * MiB)  # 0x2 and NULL are the same stream here
+    p.enqueue(NULLS)
+    p.advance(PT)
+    p.malloc(S3, 12 * MiB)
+    p.work(NULLS, 4)
+    p.complete_all()
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
 def write(out, name, data):
     with open(os.path.join(out, name), "wb") as f:
         f.write(data)
 
 
+# ---- inputs of the first encoding ----------------------------------------------------------------
+
+# The first encoding had no second config byte, stream operands s % 6 and opcode 22 as a MALLOC;
+# per opcode, its operand bytes and where its stream operand is (for upgrade()).
+V1_OPERANDS = [6, 2, 7, 3, 1, 3, 1, 1, 2, 2, 1, 1, 3, 0, 2, 1, 7, 1, 3, 3, 2, 0]
+V1_STREAM_AT = {MALLOC: 0, WORK: 0, STREAM_RELEASE: 0, CAPTURE_BEGIN: 0, CAPTURE_END: 0,
+                EXT_BEGIN: 0, EXT_END: 0, CAPTURE_REGISTER: 0, CAPTURE_GP: 0, EXEC: 2}
+
+
+def upgrade(data):
+    """An input of the first encoding, rewritten to decode to the same operations now: a zero
+    second config byte (stream 0 legacy), each stream operand reduced mod 6, opcode 22 (then a
+    MALLOC, now THREAD) written as 23 (a MALLOC). Truncated operands stay truncated."""
+    if not data:
+        return data
+    out = bytearray(data[:1]) + b"\0"
+    pos = 1
+    while pos < len(data):
+        raw = data[pos]
+        pos += 1
+        op = raw & 31
+        if op >= 22:
+            op = MALLOC if op < 27 else FREE
+        if raw & 31 == 22:
+            raw += 1
+        out.append(raw)
+        opnd = bytearray(data[pos:pos + V1_OPERANDS[op]])
+        pos += V1_OPERANDS[op]
+        if op in V1_STREAM_AT and V1_STREAM_AT[op] < len(opnd):
+            opnd[V1_STREAM_AT[op]] %= 6
+        out += opnd
+    return bytes(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "corpus"))
+    ap.add_argument("--upgrade", nargs="+", metavar="FILE",
+                    help="rewrite inputs of the first encoding (before the second config byte) "
+                         "in place, and write no corpus")
     args = ap.parse_args()
+    if args.upgrade:
+        for path in args.upgrade:
+            with open(path, "rb") as f:
+                data = f.read()
+            write(os.path.dirname(path) or ".", os.path.basename(path), upgrade(data))
+            print("upgraded %s" % path)
+        return 0
     os.makedirs(args.out, exist_ok=True)
     for name in os.listdir(args.out):
         if name.startswith(("trace-", "hand-")):
@@ -465,7 +811,13 @@ def main():
         write(args.out, "hand-oom-trim-%d" % i, oom_and_trim(cfg))
         write(args.out, "hand-defrag-streams-%d" % i, defrag_streams(cfg, rng))
         write(args.out, "hand-faults-%d" % i, fault_sweep(cfg, rng))
-        n += 9
+        write(args.out, "hand-ptds-threads-%d" % i,
+              ptds_threads(cfg, config2(i == 3), random.Random(i)))
+        write(args.out, "hand-ptds-captures-%d" % i, ptds_captures(cfg, config2(i == 2)))
+        write(args.out, "hand-ptds-default-%d" % i, ptds_default(cfg))
+        write(args.out, "hand-ptds-legacy-work-%d" % i, ptds_legacy_work(cfg))
+        write(args.out, "hand-ptds-unseen-capture-%d" % i, ptds_unseen_capture(cfg))
+        n += 14
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print("%d seeds, %d bytes in %s" % (n, total, args.out))
 
