@@ -273,7 +273,11 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr);
  * Tells the pool that stream is about to be destroyed: the pool records a last completion marker
  * on it and forgets it; memory it freed becomes reusable by other streams once that marker
  * completes. Call it before cudaStreamDestroy for streams that freed vpmm memory. A stream
- * being captured is refused with VPMM_ERROR_STREAM_CAPTURING (end the capture first).
+ * being captured is refused with VPMM_ERROR_STREAM_CAPTURING (end the capture first), and so is
+ * the legacy stream, which holds unmarked frees, while any capture is in progress (its marker
+ * would be legacy-stream work, which invalidates the capture of a blocking stream).
+ * VPMM_STREAM_PER_THREAD releases the calling thread's own per-thread stream (a thread that
+ * ends need not: its record is forgotten once it holds nothing).
  * Threads: any (records one event under the lock); not concurrently with mallocs on that stream.
  */
 vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream);

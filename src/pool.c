@@ -530,6 +530,10 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
         ;
     if (s != NULL)
         st = vpmm_i_stream_retire(pool, s);
+    if (st == VPMM_ERROR_STREAM_CAPTURING)
+        vpmm_i_set_error("vpmm_stream_release: the legacy stream's last marker cannot be recorded "
+                         "while a capture is in progress (it would invalidate it); release it "
+                         "after the capture");
     vpmm_i_unlock(pool);
     return st;
 }

@@ -344,6 +344,9 @@ void vpmm_i_stream_mark_foreign(vpmm_pool_t *p)
 vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)
 {
     vpmm_strm_t **link;
+    /* Refused before anything changes when its final marker cannot be recorded now. */
+    if (s->refs > 0 && !vpmm_i_stream_markable(p, s))
+        return VPMM_ERROR_STREAM_CAPTURING;
     if (s->cache.count != 0)
         vpmm_i_cache_flush(p, s); /* a retired stream keeps no cache */
     if (s->refs > 0) {

@@ -1539,6 +1539,34 @@ static void test_destroy_during_capture(void **state)
 
 /* A stream the pool never saw: nothing to forget; a no-op that succeeds (one capture query
  * each: a stream being captured would be refused). */
+/* The legacy stream's last marker would be legacy-stream work, which invalidates the capture of
+ * a blocking stream: while any capture is in progress, releasing it (with frees unmarked) is
+ * refused, before anything changes. */
+static void test_stream_release_legacy_during_capture(void **state)
+{
+    gfx_t x;
+    tsnap_t before;
+    vpmm_stream_t cs;
+    vpmm_graph_t g;
+    (void)state;
+    gfx_open(&x);
+    tfree(x.f.t.pool, tmalloc(x.f.t.pool, 5000, NULL)); /* cached on the legacy stream */
+    cs = vpmm_host_stream_create(x.f.t.host);
+    begin(&x.f.t, x.gp, cs);
+    before = tsnap(x.f.t.pool);
+    EXPECT(vpmm_stream_release(x.f.t.pool, NULL), VPMM_ERROR_STREAM_CAPTURING,
+           "cannot be recorded while a capture is in progress");
+    EXPECT(vpmm_stream_release(x.f.t.pool, VPMM_STREAM_LEGACY), VPMM_SUCCESS, NULL); /* unknown */
+    {
+        tsnap_t after = tsnap(x.f.t.pool);
+        assert_snap_equal(&before, &after);
+    }
+    g = end(&x.f.t, cs);
+    EXPECT(vpmm_stream_release(x.f.t.pool, NULL), VPMM_SUCCESS, NULL); /* after the capture */
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, g), VPMM_SUCCESS);
+    gfx_close(&x);
+}
+
 static void test_stream_release_unknown(void **state)
 {
     fx_t f;
@@ -2146,6 +2174,7 @@ int main(void)
         ENV_TEST(test_config_va_size_unreservable),
         /* found by this table, fixed in src/ */
         cmocka_unit_test(test_stream_release_during_capture),
+        cmocka_unit_test(test_stream_release_legacy_during_capture),
         cmocka_unit_test(test_destroy_during_handleless_capture),
         cmocka_unit_test(test_checkpoint_conflict_released_stream),
         cmocka_unit_test(test_out_pointer_on_null_handle),
