@@ -330,7 +330,9 @@ static inline vpmm_region_t *vpmm_i_allocate_from(vpmm_pool_t *p, vpmm_region_t 
  * (VPMM_ERROR_STREAM_CAPTURING) on a stream being captured, whose marker would be a graph node,
  * and the legacy substitute while any capture is in progress. */
 vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq);
-/* Whether vpmm_i_stream_mark could record a marker for s now (one capture query at most). */
+/* Whether vpmm_i_stream_mark could record a marker for s now (one capture query at most):
+ * VPMM_SUCCESS, VPMM_ERROR_STREAM_CAPTURING, or the failed query's status; and as a boolean. */
+vpmm_status_t vpmm_i_stream_can_mark(vpmm_pool_t *p, const vpmm_strm_t *s);
 int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s);
 /* Whether a GPU-side wait may be enqueued on s now: not on the legacy stream while a capture is
  * in progress (legacy work would invalidate it). */

@@ -178,10 +178,15 @@ static vpmm_status_t marker_stream(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_st
     return VPMM_SUCCESS;
 }
 
-int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s)
+vpmm_status_t vpmm_i_stream_can_mark(vpmm_pool_t *p, const vpmm_strm_t *s)
 {
     vpmm_stream_t at;
-    return marker_stream(p, s, &at) == VPMM_SUCCESS;
+    return marker_stream(p, s, &at);
+}
+
+int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s)
+{
+    return vpmm_i_stream_can_mark(p, s) == VPMM_SUCCESS;
 }
 
 vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
@@ -345,8 +350,8 @@ vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)
 {
     vpmm_strm_t **link;
     /* Refused before anything changes when its final marker cannot be recorded now. */
-    if (s->refs > 0 && !vpmm_i_stream_markable(p, s))
-        return VPMM_ERROR_STREAM_CAPTURING;
+    if (s->refs > 0)
+        VPMM_CHECK(vpmm_i_stream_can_mark(p, s));
     if (s->cache.count != 0)
         vpmm_i_cache_flush(p, s); /* a retired stream keeps no cache */
     if (s->refs > 0) {
