@@ -67,7 +67,9 @@ if [ "$stage" = tests ] || [ "$stage" = all ]; then
 fi
 if [ "$stage" = memcheck ] || [ "$stage" = all ]; then
   for t in test_gpu_graph test_gpu test_gpu_streams; do
-    VPMM_TEST_REQUIRE_GPU=1 timeout 400 "$sanitizer" --tool memcheck --leak-check full \
+    # --nvtx no: compute-sanitizer refuses NVTX heaps over VMM memory with a warning that counts
+    # as an error (docs/OBSERVABILITY.md); it could not check inside them anyway.
+    VPMM_TEST_REQUIRE_GPU=1 timeout 400 "$sanitizer" --tool memcheck --leak-check full --nvtx no \
       --report-api-errors no --error-exitcode 3 ./build-gpu/bin/$t >"$out/memcheck-$t.log" 2>&1
     m=$?
     echo "== memcheck $t (rc $m)"; tail -4 "$out/memcheck-$t.log"
