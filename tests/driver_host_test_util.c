@@ -74,3 +74,10 @@ vpmm_capture_status_t capture_status(vpmm_driver_t *d, vpmm_stream_t s, uint64_t
     assert_int_equal(d->capture_info(d, s, &st, id, NULL), VPMM_DRV_OK);
     return st;
 }
+
+void expect_capture_failure(vpmm_driver_t *d, vpmm_dres_t got, int code, const char *call)
+{
+    assert_int_equal(got, VPMM_DRV_ERROR);
+    assert_int_equal(d->last_code, code);
+    assert_string_equal(d->last_call, call);
+}

@@ -49,6 +49,9 @@ void close_host(vpmm_driver_t *d);
 /* Asserts a call's result and the driver error and entry it recorded. */
 void expect_failure(vpmm_driver_t *d, vpmm_dres_t got, vpmm_dres_t want, int code,
                     vpmm_drv_entry_t entry);
+/* Asserts a failure that has no entry in the enum (capture calls): VPMM_DRV_ERROR with CUDA's
+ * code and call name. */
+void expect_capture_failure(vpmm_driver_t *d, vpmm_dres_t got, int code, const char *call);
 /* Asserts that the instance holds nothing: no handle, mapping, reservation, event, graph or user
  * object, and no touched byte. */
 void expect_empty(vpmm_driver_t *d);
