@@ -214,3 +214,18 @@ void vpmm_i_phys_link(vpmm_pool_t *p, vpmm_phys_t *ph, uintptr_t va)
     p->c.handles_created++;
     vpmm_i_cache_limit_update(p);
 }
+
+size_t vpmm_i_whole_handle_bytes(const vpmm_pool_t *p, uintptr_t addr, size_t size)
+{
+    const size_t pg = p->page_size;
+    const uintptr_t hi = vpmm_align_down(addr + size, pg);
+    uintptr_t at = vpmm_align_up(addr, pg);
+    size_t bytes = 0;
+    while (at < hi) {
+        const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+        if (ph->va >= at && ph->va + ph->size <= hi)
+            bytes += ph->size;
+        at = ph->va + ph->size > at ? ph->va + ph->size : at + pg;
+    }
+    return bytes;
+}

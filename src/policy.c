@@ -100,17 +100,7 @@ static int usable(const vpmm_region_t *r, const vpmm_strm_t *s)
 /* Pages of whole handles lying inside free region r: what a harvest could take from it. */
 static size_t whole_pages(const vpmm_pool_t *p, const vpmm_region_t *r)
 {
-    const size_t pg = p->page_size;
-    const uintptr_t hi = vpmm_align_down(r->addr + r->size, pg);
-    uintptr_t at = vpmm_align_up(r->addr, pg);
-    size_t n = 0;
-    while (at < hi) {
-        const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
-        if (ph->va >= at && ph->va + ph->size <= hi)
-            n += ph->size / pg;
-        at = ph->va + ph->size > at ? ph->va + ph->size : at + pg;
-    }
-    return n;
+    return vpmm_i_whole_handle_bytes(p, r->addr, r->size) / p->page_size;
 }
 
 /*

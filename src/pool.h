@@ -418,6 +418,9 @@ vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages
 void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n);
 /* Links a new handle into the pool at its live address (maps must have room for its pages). */
 void vpmm_i_phys_link(vpmm_pool_t *p, vpmm_phys_t *ph, uintptr_t va);
+/* Bytes of the whole handles mapped live inside [addr, addr + size): what defragmentation could
+ * move out of a free region (a handle partly outside stays). */
+size_t vpmm_i_whole_handle_bytes(const vpmm_pool_t *p, uintptr_t addr, size_t size);
 /* The phys mapped at page address va (live or zombie), or NULL. */
 static inline vpmm_phys_t *vpmm_i_phys_at(const vpmm_pool_t *p, uintptr_t va)
 {

@@ -61,22 +61,6 @@ size_t vpmm_i_largest_free(const vpmm_pool_t *p, const vpmm_arena_t *only)
     return best;
 }
 
-/* Bytes of whole handles lying inside free region r: what defragmentation could move. */
-static size_t movable_bytes(const vpmm_pool_t *p, const vpmm_region_t *r)
-{
-    const size_t pg = p->page_size;
-    const uintptr_t hi = vpmm_align_down(r->addr + r->size, pg);
-    uintptr_t at = vpmm_align_up(r->addr, pg);
-    size_t bytes = 0;
-    while (at < hi) {
-        const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
-        if (ph->va >= at && ph->va + ph->size <= hi)
-            bytes += ph->size;
-        at = ph->va + ph->size > at ? ph->va + ph->size : at + pg;
-    }
-    return bytes;
-}
-
 /*
  * Of the shared arena's free memory: the bytes defragmentation can gather without new memory —
  * whole handles (a handle partly in use stays) in ready memory, or pending on a stream whose
@@ -94,7 +78,7 @@ static void free_pages_of(vpmm_pool_t *p, size_t *movable, size_t *pending)
                 *pending += r->size;
             if (r->ready || r->cached || r->stream->retired || r->stream->dirty_regions == 0 ||
                 vpmm_i_stream_markable(p, r->stream))
-                *movable += movable_bytes(p, r);
+                *movable += vpmm_i_whole_handle_bytes(p, r->addr, r->size);
         }
     }
 }

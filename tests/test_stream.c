@@ -379,6 +379,31 @@ static void *capture_thread(void *arg)
     return NULL;
 }
 
+/* Starts capture_thread on a new graph pool and waits until its capture has begun. */
+static void capture_start(tpool_t *t, capture_job_t *c, pthread_t *th)
+{
+    *c = (capture_job_t){ .t = t };
+    assert_int_equal(vpmm_graph_pool_create(t->pool, &c->gp), VPMM_SUCCESS);
+    cap_step = 0;
+    assert_int_equal(pthread_create(th, NULL, capture_thread, c), 0);
+    pthread_mutex_lock(&cap_mu);
+    while (cap_step != 1)
+        pthread_cond_wait(&cap_cv, &cap_mu);
+    pthread_mutex_unlock(&cap_mu);
+    assert_int_equal(c->st, VPMM_SUCCESS);
+}
+
+/* Lets capture_thread end its capture, joins it; the capture must have ended cleanly. */
+static void capture_finish(capture_job_t *c, pthread_t th)
+{
+    pthread_mutex_lock(&cap_mu);
+    cap_step = 2;
+    pthread_cond_broadcast(&cap_cv);
+    pthread_mutex_unlock(&cap_mu);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(c->st, VPMM_SUCCESS);
+}
+
 static void test_no_legacy_marker_during_capture(void **state)
 {
     tpool_t t;
@@ -394,26 +419,13 @@ static void test_no_legacy_marker_during_capture(void **state)
     };
     on_thread(malloc_job, &a);
     vpmm_host_complete(t.host, a.key); /* done, but nobody has recorded a marker for it */
-    c = (capture_job_t){ .t = &t };
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &c.gp), VPMM_SUCCESS);
-    cap_step = 0;
-    assert_int_equal(pthread_create(&th, NULL, capture_thread, &c), 0);
-    pthread_mutex_lock(&cap_mu);
-    while (cap_step != 1)
-        pthread_cond_wait(&cap_cv, &cap_mu);
-    pthread_mutex_unlock(&cap_mu);
-    assert_int_equal(c.st, VPMM_SUCCESS);
+    capture_start(&t, &c, &th);
 
     y = tmalloc(t.pool, 16 * MiB, s); /* must not record on legacy now */
     assert_ptr_not_equal(y, a.ptr);
     assert_int_equal(tstats(t.pool).mapped_bytes, 32 * MiB);
 
-    pthread_mutex_lock(&cap_mu);
-    cap_step = 2;
-    pthread_cond_broadcast(&cap_cv);
-    pthread_mutex_unlock(&cap_mu);
-    assert_int_equal(pthread_join(th, NULL), 0);
-    assert_int_equal(c.st, VPMM_SUCCESS); /* not invalidated */
+    capture_finish(&c, th); /* not invalidated */
     assert_non_null(c.graph);
     CHECK_POOL(t.pool);
     /* The capture over, A's memory can be taken again (a marker on the legacy stream now). */
@@ -511,15 +523,7 @@ static void test_no_legacy_work_during_capture(void **state)
     a = tmalloc(t.pool, 4 * MiB, VPMM_STREAM_LEGACY);
     b = tmalloc(t.pool, 4 * MiB, s);
     vpmm_host_enqueue(t.host, s);
-    c = (capture_job_t){ .t = &t };
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &c.gp), VPMM_SUCCESS);
-    cap_step = 0;
-    assert_int_equal(pthread_create(&th, NULL, capture_thread, &c), 0);
-    pthread_mutex_lock(&cap_mu);
-    while (cap_step != 1)
-        pthread_cond_wait(&cap_cv, &cap_mu);
-    pthread_mutex_unlock(&cap_mu);
-    assert_int_equal(c.st, VPMM_SUCCESS);
+    capture_start(&t, &c, &th);
 
     tfree(t.pool, a);                                 /* pending on the legacy stream, no marker */
     tfree(t.pool, b);                                 /* pending on s, busy */
@@ -529,12 +533,7 @@ static void test_no_legacy_work_during_capture(void **state)
     assert_int_equal(code, 0); /* no refused legacy-stream call */
     CHECK_POOL(t.pool);
 
-    pthread_mutex_lock(&cap_mu);
-    cap_step = 2;
-    pthread_cond_broadcast(&cap_cv);
-    pthread_mutex_unlock(&cap_mu);
-    assert_int_equal(pthread_join(th, NULL), 0);
-    assert_int_equal(c.st, VPMM_SUCCESS); /* the capture was not invalidated */
+    capture_finish(&c, th); /* the capture was not invalidated */
     tfree(t.pool, x);
     tfree(t.pool, y);
     vpmm_host_complete_all(t.host);
