@@ -19,107 +19,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime_api.h>
 
 #include "gpu_kernels.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
 
-#ifndef VPMM_HAVE_KERNELS
-/* Built without nvcc: stand-ins so the tests compile; never reached (every test skips first). */
-int gk_fill(void *ptr, size_t bytes, uint32_t seed, cudaStream_t s)
-{
-    return (int)cudaErrorNotSupported;
-}
-int gk_check(const void *ptr, size_t bytes, uint32_t seed, unsigned long long *mismatches_dev,
-             cudaStream_t s)
-{
-    return (int)cudaErrorNotSupported;
-}
-int gk_spin(cudaStream_t s, unsigned long long cycles)
-{
-    return (int)cudaErrorNotSupported;
-}
-#endif
-
-#define VA_SMALL  (64 * GiB) /* keeps reservations quick */
-#define MEM_SLACK (64 * MiB) /* device memory may differ by this much after a pool is gone */
 #define NCOUNTERS 16
 
-#define CUDA_OK(expr)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (expr);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            fail_msg("%s failed: %s (%d)", #expr, cudaGetErrorString(e_), (int)e_);                \
-    } while (0)
-
-#define GK_OK(expr)                                                                                \
-    do {                                                                                           \
-        int e_ = (expr);                                                                           \
-        if (e_ != 0)                                                                               \
-            fail_msg("%s failed: %s (%d)", #expr, cudaGetErrorString((cudaError_t)e_), e_);        \
-    } while (0)
-
-/* The device, probed once by the first test. */
+/* What the probe sets up for the tests. */
 static struct gpu {
-    int probed;    /* 0: not yet; 1: probed; 2: probed and the reason for skipping printed */
-    int present;   /* 1: a device that can run the tests */
-    char why[512]; /* why the tests skip */
     unsigned long long *counters; /* NCOUNTERS mismatch counters in device memory */
     int clock_khz;                /* SM clock: cycles per millisecond for gk_spin */
 } g;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static unsigned long long spin_cycles(double ms)
 {
     return (unsigned long long)(ms * g.clock_khz);
 }
 
-/* 1 if a CUDA device can run the tests; else fills g.why. Prints the device once. */
-static int gpu_probe(void)
+/* The probe (gpu_test_util.h): prints the device once, warms the kernels up. */
+static int gpu_probe(char *why, size_t len)
 {
-#ifndef VPMM_HAVE_KERNELS
-    snprintf(g.why, sizeof g.why, "built without CUDA kernels (no nvcc at configure time)");
-    return 0;
-#else
-    vpmm_config_t cfg;
-    vpmm_pool_t *pool = NULL;
-    vpmm_stats_t s;
-    vpmm_status_t st;
     struct cudaDeviceProp prop;
-    int count = 0, drv = 0, rt = 0;
-    size_t free_b, total_b;
-    cudaError_t ce = cudaGetDeviceCount(&count);
+    int drv = 0, rt = 0;
+    size_t free_b, total_b, page_size = 0;
 
-    vpmm_config_init(&cfg);
-    cfg.backend = VPMM_BACKEND_CUDA;
-    cfg.ignore_env = 1;
-    cfg.va_size = VA_SMALL;
-    st = vpmm_pool_create(&cfg, &pool);
-    if (st == VPMM_ERROR_NO_DEVICE || st == VPMM_ERROR_NOT_SUPPORTED || ce != cudaSuccess ||
-        count == 0) {
-        snprintf(g.why, sizeof g.why,
-                 "no usable CUDA device (cudaGetDeviceCount: %s, %d devices; "
-                 "vpmm_pool_create(CUDA): %s%s%s)",
-                 ce == cudaSuccess ? "ok" : cudaGetErrorString(ce), count, vpmm_status_name(st),
-                 st == VPMM_SUCCESS ? "" : ": ", st == VPMM_SUCCESS ? "" : vpmm_last_error());
-        if (pool != NULL)
-            vpmm_pool_destroy(pool);
+    if (!gpu_probe_pool(why, len, &page_size))
         return 0;
-    }
-    if (st != VPMM_SUCCESS)
-        fail_msg("a CUDA device is present but vpmm_pool_create(CUDA) failed: %s (%s)",
-                 vpmm_status_name(st), vpmm_last_error());
-    assert_int_equal(vpmm_get_stats(pool, &s), VPMM_SUCCESS);
-    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
-
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
     CUDA_OK(cudaDriverGetVersion(&drv));
     CUDA_OK(cudaRuntimeGetVersion(&rt));
@@ -137,44 +65,14 @@ static int gpu_probe(void)
     print_message("[gpu] memory %zu MiB total, %zu MiB free; driver for CUDA %d.%d, runtime %d.%d; "
                   "VMM granularity %zu KiB\n",
                   total_b / MiB, free_b / MiB, drv / 1000, drv % 1000 / 10, rt / 1000,
-                  rt % 1000 / 10, s.page_size / KiB);
+                  rt % 1000 / 10, page_size / KiB);
     return 1;
-#endif
 }
 
-/* Every test starts here: 1 to go on; otherwise it skips (or fails, if a GPU is required). */
-static int gpu_ready(void)
-{
-    const char *req = getenv("VPMM_TEST_REQUIRE_GPU");
-    if (!g.probed) {
-        g.probed = 1;
-        snprintf(g.why, sizeof g.why, "the GPU probe failed (see the first test's failure)");
-        g.present = gpu_probe();
-    }
-    if (g.present)
-        return 1;
-    if (req != NULL && strcmp(req, "1") == 0)
-        fail_msg("VPMM_TEST_REQUIRE_GPU=1, but %s", g.why);
-    if (g.probed == 1) /* say why once */
-        print_message("[gpu] every GPU test skips: %s\n", g.why);
-    g.probed = 2;
-    return 0;
-}
-
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!gpu_ready())                                                                          \
-            skip();                                                                                \
-    } while (0)
+/* Every test starts here: skips without a GPU (fails if one is required). */
+#define REQUIRE_GPU() GPU_REQUIRE("[gpu]", gpu_probe)
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-
-static size_t device_free(void)
-{
-    size_t f, t;
-    CUDA_OK(cudaMemGetInfo(&f, &t));
-    return f;
-}
 
 static vpmm_pool_t *gpu_pool(size_t page, size_t va, size_t prealloc)
 {
@@ -203,23 +101,10 @@ static void gpu_pool_close(vpmm_pool_t *pool, size_t free_before)
     CHECK_POOL(pool);
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
     CUDA_OK(cudaDeviceSynchronize());
-    after = device_free();
+    after = gpu_device_free();
     print_message("[gpu]   destroyed; device free memory %zu MiB before the pool, %zu MiB after\n",
                   free_before / MiB, after / MiB);
     assert_true(after + MEM_SLACK >= free_before);
-}
-
-static cudaStream_t stream_new(void)
-{
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-}
-
-static void stream_done(vpmm_pool_t *pool, cudaStream_t s)
-{
-    assert_int_equal(vpmm_stream_release(pool, s), VPMM_SUCCESS);
-    CUDA_OK(cudaStreamDestroy(s));
 }
 
 static void fill(void *p, size_t n, uint32_t seed, cudaStream_t s)
@@ -259,12 +144,6 @@ static unsigned long long check_now(const void *p, size_t n, uint32_t seed, cuda
     CUDA_OK(cudaMemcpyAsync(&v, &g.counters[c], sizeof v, cudaMemcpyDeviceToHost, s));
     CUDA_OK(cudaStreamSynchronize(s));
     return v;
-}
-
-static int overlaps(const void *a, size_t an, const void *b, size_t bn)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + bn && y < x + an;
 }
 
 static void print_stats(const char *label, const vpmm_stats_t *s)
@@ -444,14 +323,14 @@ static void test_basic(void **state)
     (void)state;
     REQUIRE_GPU();
 
-    free0 = device_free();
-    st = stream_new();
+    free0 = gpu_device_free();
+    st = gpu_stream_new(0);
     pool = gpu_pool(0, VA_SMALL, 0);
     for (size_t i = 0; i < N; i++) {
         p[i] = tmalloc(pool, sizes[i], st);
         assert_int_equal((uintptr_t)p[i] % VPMM_ALIGNMENT, 0);
         for (size_t j = 0; j < i; j++)
-            assert_false(overlaps(p[i], sizes[i], p[j], sizes[j]));
+            assert_false(gpu_overlaps(p[i], sizes[i], p[j], sizes[j]));
         fill(p[i], sizes[i], (uint32_t)(100 + i), st);
         live += sizes[i];
         alloc += (sizes[i] + VPMM_ALIGNMENT - 1) / VPMM_ALIGNMENT * VPMM_ALIGNMENT;
@@ -479,7 +358,7 @@ static void test_basic(void **state)
     assert_int_equal(s.live_allocs, 0);
     assert_int_equal(s.mallocs, N);
     assert_int_equal(s.frees, N);
-    stream_done(pool, st);
+    gpu_stream_done(pool, st);
     gpu_pool_close(pool, free0);
 }
 
@@ -542,8 +421,8 @@ static void run_seed_case(const seed_case_t *c)
     void *p10, *p1, *p4, *p11;
     size_t pg, free0;
 
-    free0 = device_free();
-    st = stream_new();
+    free0 = gpu_device_free();
+    st = gpu_stream_new(0);
     pool = gpu_pool(0, VA_SMALL, c->prealloc);
     pg = tstats(pool).page_size;
 
@@ -601,7 +480,7 @@ static void run_seed_case(const seed_case_t *c)
     tfree(pool, p1);
     tfree(pool, p4);
     tfree(pool, p11);
-    stream_done(pool, st);
+    gpu_stream_done(pool, st);
     gpu_pool_close(pool, free0);
 }
 
@@ -656,8 +535,8 @@ static void test_integrity_under_remap(void **state)
     (void)state;
     REQUIRE_GPU();
 
-    free0 = device_free();
-    st = stream_new();
+    free0 = gpu_device_free();
+    st = gpu_stream_new(0);
     pool = gpu_pool(0, VA_SMALL, 0);
     pg = tstats(pool).page_size;
     for (int i = 0; i < N; i++) {
@@ -708,7 +587,7 @@ static void test_integrity_under_remap(void **state)
         tfree(pool, p[i]);
     tfree(pool, big);
     print_stats("integrity", &s1);
-    stream_done(pool, st);
+    gpu_stream_done(pool, st);
     gpu_pool_close(pool, free0);
 }
 
@@ -738,9 +617,9 @@ static void test_multistream_reuse(void **state)
     (void)state;
     REQUIRE_GPU();
 
-    free0 = device_free();
-    a = stream_new();
-    b = stream_new();
+    free0 = gpu_device_free();
+    a = gpu_stream_new(0);
+    b = gpu_stream_new(0);
     pool = gpu_pool(0, VA_SMALL, 0);
     counter_reset(1);
     x = tmalloc(pool, size, a);
@@ -749,14 +628,14 @@ static void test_multistream_reuse(void **state)
     tfree(pool, x);
 
     s0 = tstats(pool);
-    t0 = now_s();
+    t0 = gpu_now_s();
     rc = vpmm_malloc(pool, size, b, &y);
-    dt_ms = (now_s() - t0) * 1e3;
+    dt_ms = (gpu_now_s() - t0) * 1e3;
     busy = cudaStreamQuery(a);
     assert_int_equal(rc, VPMM_SUCCESS);
     CHECK_POOL(pool);
     s1 = tstats(pool);
-    same = overlaps(x, size, y, size);
+    same = gpu_overlaps(x, size, y, size);
     print_message("[gpu] multistream reuse: malloc on B took %.3f ms while A spun %.0f ms (A %s); "
                   "%s; cross-stream waits %" PRIu64 " -> %" PRIu64 "\n",
                   dt_ms, SPIN_MS, busy == cudaErrorNotReady ? "still busy" : "already idle",
@@ -774,8 +653,8 @@ static void test_multistream_reuse(void **state)
     assert_int_equal(counter_read(1), 0);
 
     tfree(pool, y);
-    stream_done(pool, a);
-    stream_done(pool, b);
+    gpu_stream_done(pool, a);
+    gpu_stream_done(pool, b);
     gpu_pool_close(pool, free0);
 }
 
@@ -799,9 +678,9 @@ static void test_multistream_defrag(void **state)
     (void)state;
     REQUIRE_GPU();
 
-    free0 = device_free();
-    a = stream_new();
-    b = stream_new();
+    free0 = gpu_device_free();
+    a = gpu_stream_new(0);
+    b = gpu_stream_new(0);
     pool = gpu_pool(0, VA_SMALL, 0);
     counter_reset(2);
     for (int i = 0; i < 4; i++)
@@ -813,9 +692,9 @@ static void test_multistream_defrag(void **state)
         tfree(pool, x[i]);
 
     s0 = tstats(pool);
-    t0 = now_s();
+    t0 = gpu_now_s();
     rc = vpmm_malloc(pool, ys, b, &y);
-    dt_ms = (now_s() - t0) * 1e3;
+    dt_ms = (gpu_now_s() - t0) * 1e3;
     busy = cudaStreamQuery(a);
     assert_int_equal(rc, VPMM_SUCCESS);
     CHECK_POOL(pool);
@@ -848,8 +727,8 @@ static void test_multistream_defrag(void **state)
     tfree(pool, y);
     tfree(pool, z);
     print_stats("multistream defrag", &s2);
-    stream_done(pool, a);
-    stream_done(pool, b);
+    gpu_stream_done(pool, a);
+    gpu_stream_done(pool, b);
     gpu_pool_close(pool, free0);
 }
 
@@ -894,15 +773,15 @@ static void test_stress(void **state)
     (void)state;
     REQUIRE_GPU();
 
-    free0 = device_free();
+    free0 = gpu_device_free();
     for (int i = 0; i < STRESS_STREAMS; i++) {
-        st[i] = stream_new();
+        st[i] = gpu_stream_new(0);
         counter_reset(4 + i);
     }
     pool = gpu_pool(0, VA_SMALL, 0);
     pg = tstats(pool).page_size;
     memset(slots, 0, sizeof slots);
-    t0 = now_s();
+    t0 = gpu_now_s();
     for (int op = 0; op < STRESS_OPS; op++) {
         slot_t *sl = &slots[trng_below(&r, STRESS_SLOTS)];
         double c0;
@@ -911,9 +790,9 @@ static void test_stress(void **state)
             sl->size = stress_size(&r, pg);
             sl->stream = (int)trng_below(&r, STRESS_STREAMS);
             sl->seed = (uint32_t)op;
-            c0 = now_s();
+            c0 = gpu_now_s();
             rc = vpmm_malloc(pool, sl->size, st[sl->stream], &sl->p);
-            c0 = now_s() - c0;
+            c0 = gpu_now_s() - c0;
             in_vpmm += c0;
             worst_malloc = VPMM_MAX(worst_malloc, c0);
             if (rc != VPMM_SUCCESS)
@@ -923,9 +802,9 @@ static void test_stress(void **state)
             mallocs++;
         } else {
             check_into(sl->p, sl->size, sl->seed, st[sl->stream], 4 + sl->stream);
-            c0 = now_s();
+            c0 = gpu_now_s();
             assert_int_equal(vpmm_free(pool, sl->p), VPMM_SUCCESS);
-            in_vpmm += now_s() - c0;
+            in_vpmm += gpu_now_s() - c0;
             sl->p = NULL;
             frees++;
         }
@@ -935,7 +814,7 @@ static void test_stress(void **state)
         if (op % 256 == 255)
             CHECK_POOL(pool);
     }
-    elapsed = now_s() - t0;
+    elapsed = gpu_now_s() - t0;
     s = tstats(pool);
     assert_stats_sane(&s);
     for (int i = 0; i < STRESS_SLOTS; i++) {
@@ -956,7 +835,7 @@ static void test_stress(void **state)
     print_stats("stress", &s);
     assert_int_equal(bad, 0);
     for (int i = 0; i < STRESS_STREAMS; i++)
-        stream_done(pool, st[i]);
+        gpu_stream_done(pool, st[i]);
     gpu_pool_close(pool, free0);
 }
 
@@ -1016,7 +895,7 @@ static void test_out_of_memory(void **state)
     CUDA_OK(cudaMemGetInfo(&free0, &total));
     want = 2 * total;
     assert_true(want < va); /* it must be the device, not the VA chunk, that says no */
-    st = stream_new();
+    st = gpu_stream_new(0);
     pool = gpu_pool(0, va, 0);
     /* A live block first: the stream is known and no page is fully free, so nothing may move. */
     keep = tmalloc(pool, MiB, st);
@@ -1024,9 +903,9 @@ static void test_out_of_memory(void **state)
     s0 = tstats(pool);
     layout_of(pool, MiB, va, &l0);
 
-    t0 = now_s();
+    t0 = gpu_now_s();
     rc = vpmm_malloc(pool, want, st, &p);
-    dt = now_s() - t0;
+    dt = gpu_now_s() - t0;
     vpmm_pool_last_driver_error(pool, &code, &call);
     print_message("[gpu] OOM: vpmm_malloc(%zu GiB) on a %zu GiB device took %.3f s: %s\n"
                   "[gpu]   vpmm_last_error: %s\n[gpu]   last driver error: %s = %d\n",
@@ -1041,7 +920,7 @@ static void test_out_of_memory(void **state)
     assert_int_equal(stats_diff(&s0, &s1), 0);
     assert_string_equal(l0.text, l1.text);
     CUDA_OK(cudaDeviceSynchronize());
-    free_mid = device_free();
+    free_mid = gpu_device_free();
     print_message(
         "[gpu]   pool unchanged (regions in MiB: %s); device free %zu MiB before, %zu MiB after\n",
         l1.text, free0 / MiB, free_mid / MiB);
@@ -1054,7 +933,7 @@ static void test_out_of_memory(void **state)
     assert_int_equal(check_now(keep, MiB, 77, st), 0);
     tfree(pool, q);
     tfree(pool, keep);
-    stream_done(pool, st);
+    gpu_stream_done(pool, st);
     gpu_pool_close(pool, free0);
 }
 

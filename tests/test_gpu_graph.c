@@ -29,32 +29,8 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_kernels.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
-
-#ifndef VPMM_HAVE_KERNELS
-/* Built without nvcc: stand-ins so the file compiles; never reached (every test skips first). */
-int gk_affine(float *out, const float *in, size_t n, float a, float b, int relu, cudaStream_t s)
-{
-    return (int)cudaErrorNotSupported;
-}
-int gk_add(float *out, const float *x, const float *y, size_t n, cudaStream_t s)
-{
-    return (int)cudaErrorNotSupported;
-}
-int gk_resample(float *out, size_t n_out, const float *in, size_t n_in, float scale, cudaStream_t s)
-{
-    return (int)cudaErrorNotSupported;
-}
-#endif
-
-#define CUDA_OK(expr)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (expr);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            fail_msg("%s failed: %s (%d)", #expr, cudaGetErrorString(e_), (int)e_);                \
-    } while (0)
-
-#define GK_OK(expr) CUDA_OK((cudaError_t)(expr))
 
 #define VPMM_OK(expr)                                                                              \
     do {                                                                                           \
@@ -69,53 +45,24 @@ int gk_resample(float *out, size_t n_out, const float *in, size_t n_in, float sc
 
 /* ---- the device --------------------------------------------------------------------------- */
 
-static int probed, present;
-static char why[256];
-
-static int gpu_ready(void)
+/* The probe (gpu_test_util.h): prints the device once. */
+static int gpu_probe(char *why, size_t len)
 {
-    const char *req = getenv("VPMM_TEST_REQUIRE_GPU");
-    if (!probed) {
-        probed = 1;
-#ifndef VPMM_HAVE_KERNELS
-        snprintf(why, sizeof why, "built without CUDA kernels (no nvcc at configure time)");
-#else
-        int count = 0;
-        if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-            snprintf(why, sizeof why, "no CUDA device");
-        } else {
-            struct cudaDeviceProp prop;
-            int drv = 0;
-            CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-            CUDA_OK(cudaDriverGetVersion(&drv));
-            print_message("[gpu-graph] device 0: %s, driver for CUDA %d.%d\n", prop.name,
-                          drv / 1000, drv % 1000 / 10);
-            present = 1;
-        }
-#endif
+    struct cudaDeviceProp prop;
+    int count = 0, drv = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        snprintf(why, len, "no CUDA device");
+        return 0;
     }
-    if (present)
-        return 1;
-    if (req != NULL && strcmp(req, "1") == 0)
-        fail_msg("VPMM_TEST_REQUIRE_GPU=1, but %s", why);
-    if (probed == 1)
-        print_message("[gpu-graph] every GPU test skips: %s\n", why);
-    probed = 2;
-    return 0;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_OK(cudaDriverGetVersion(&drv));
+    print_message("[gpu-graph] device 0: %s, driver for CUDA %d.%d\n", prop.name, drv / 1000,
+                  drv % 1000 / 10);
+    return 1;
 }
 
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!gpu_ready())                                                                          \
-            skip();                                                                                \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+/* Every test starts here: skips without a GPU (fails if one is required). */
+#define REQUIRE_GPU() GPU_REQUIRE("[gpu-graph]", gpu_probe)
 
 static vpmm_pool_t *gpu_pool(void)
 {
@@ -124,17 +71,10 @@ static vpmm_pool_t *gpu_pool(void)
     vpmm_config_init(&cfg);
     cfg.backend = VPMM_BACKEND_CUDA;
     cfg.ignore_env = 1;
-    cfg.va_size = 64 * GiB;
+    cfg.va_size = VA_SMALL;
     VPMM_OK(vpmm_pool_create(&cfg, &pool));
     CHECK_POOL(pool);
     return pool;
-}
-
-static cudaStream_t new_stream(void)
-{
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
 }
 
 static float *alloc_f(vpmm_pool_t *pool, size_t n, cudaStream_t s)
@@ -160,13 +100,13 @@ static vpmm_graph_pool_stats_t gstats(const vpmm_graph_pool_t *gp)
  * thread, after the graphs, execs and launches are gone. Returns the milliseconds it took. */
 static double wait_graph_pools_gone(vpmm_pool_t *pool)
 {
-    double t0 = now_s();
+    double t0 = gpu_now_s();
     vpmm_stats_t st;
     for (;;) {
         VPMM_OK(vpmm_get_stats(pool, &st));
         if (st.graph_pools == 0)
-            return (now_s() - t0) * 1e3;
-        if (now_s() - t0 > 5.0)
+            return (gpu_now_s() - t0) * 1e3;
+        if (gpu_now_s() - t0 > 5.0)
             fail_msg("graph pools still alive 5 s after their graphs were destroyed");
         struct timespec ms = { 0, 1000000 };
         nanosleep(&ms, NULL);
@@ -378,7 +318,7 @@ static void layout_of(vpmm_pool_t *pool, unsigned gp_id, layout_t *l)
  * fragmented and defragmented between replays. */
 static void replay_inference(vpmm_pool_t *pool, int hard_defrag)
 {
-    cudaStream_t s = new_stream(), s2 = new_stream();
+    cudaStream_t s = gpu_stream_new(0), s2 = gpu_stream_new(0);
     vpmm_graph_pool_t *gp;
     vpmm_graph_pool_stats_t g0, g1;
     vpmm_stats_t st0, st1;
@@ -414,10 +354,10 @@ static void replay_inference(vpmm_pool_t *pool, int hard_defrag)
     for (int r = 0; r < REPLAYS; r++) {
         make_input(hx, N_BIG, (uint64_t)r + (hard_defrag ? 1000 : 0));
         CUDA_OK(cudaMemcpyAsync(x, hx, N_BIG * sizeof *hx, cudaMemcpyHostToDevice, s));
-        t0 = now_s();
+        t0 = gpu_now_s();
         CUDA_OK(cudaGraphLaunch(cap.exec, s));
         CUDA_OK(cudaStreamSynchronize(s));
-        t_replay += now_s() - t0;
+        t_replay += gpu_now_s() - t0;
         CUDA_OK(cudaMemcpy(hout, out, sizeof hout, cudaMemcpyDeviceToHost));
         inference_ref(hx, want);
         bad += mismatches(hout, want, N_OUT);
@@ -535,7 +475,7 @@ static void test_graph_tree(void **state)
     hx = malloc(N_BIG * sizeof *hx);
     assert_non_null(hx);
     pool = gpu_pool();
-    s = new_stream();
+    s = gpu_stream_new(0);
     x = alloc_f(pool, N_BIG, s);
 
     /* The tree, in one graph pool. */
@@ -659,7 +599,7 @@ static void test_pages_return_to_shared_pool(void **state)
     (void)state;
     REQUIRE_GPU();
     pool = gpu_pool();
-    s = new_stream();
+    s = gpu_stream_new(0);
     VPMM_OK(vpmm_graph_pool_create(pool, &gp));
     VPMM_OK(vpmm_capture_begin(pool, gp, s, VPMM_STREAM_CAPTURE_GLOBAL));
     t = alloc_f(pool, 16 * MiB, s); /* 64 MiB, freed inside the graph */
@@ -741,8 +681,8 @@ static void test_external_capture_with_fork(void **state)
     assert_non_null(want);
     assert_non_null(tmp);
     pool = gpu_pool();
-    s = new_stream();
-    s2 = new_stream();
+    s = gpu_stream_new(0);
+    s2 = gpu_stream_new(0);
     CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     x = alloc_f(pool, N_BIG, s);

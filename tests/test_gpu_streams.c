@@ -42,6 +42,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_kernels.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
 
 #ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
@@ -52,62 +53,17 @@
 #define PROG_NAME "test_gpu_streams"
 #endif
 
-#ifndef VPMM_HAVE_KERNELS
-/* Built without nvcc: stand-ins so the tests compile; never reached (every GPU test skips first).
- */
-int gk_fill(void *ptr, size_t bytes, uint32_t seed, cudaStream_t s)
-{
-    return (int)cudaErrorNotSupported;
-}
-int gk_check(const void *ptr, size_t bytes, uint32_t seed, unsigned long long *mismatches_dev,
-             cudaStream_t s)
-{
-    return (int)cudaErrorNotSupported;
-}
-int gk_spin(cudaStream_t s, unsigned long long cycles)
-{
-    return (int)cudaErrorNotSupported;
-}
-#endif
-
-#define VA_SMALL  (64 * GiB) /* keeps reservations quick */
-#define MEM_SLACK (64 * MiB) /* device memory may differ by this much after a pool is gone */
 #define BLOCK     (16 * MiB) /* what A and B each allocate */
 #define SPIN_MS   250.0      /* A's kernel holds the block this long after its free */
 #define WAIT_S    60         /* a thread waiting longer than this for the other gives up */
 #define SKIP_EXIT 77         /* the exit status when every GPU test skipped */
 
-#define CUDA_OK(expr)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (expr);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            fail_msg("%s failed: %s (%d)", #expr, cudaGetErrorString(e_), (int)e_);                \
-    } while (0)
-
-#define GK_OK(expr)                                                                                \
-    do {                                                                                           \
-        int e_ = (expr);                                                                           \
-        if (e_ != 0)                                                                               \
-            fail_msg("%s failed: %s (%d)", #expr, cudaGetErrorString((cudaError_t)e_), e_);        \
-    } while (0)
-
-/* The device, probed once by the first GPU test. */
+/* What the probe sets up for the tests. */
 static struct gpu {
-    int probed;    /* 0: not yet; 1: probed; 2: probed and the reason for skipping printed */
-    int present;   /* 1: a device that can run the tests */
-    char why[512]; /* why the tests skip */
     unsigned long long *counters; /* mismatch counters in device memory: [0] A's, [1] B's */
     double cycles_per_ms;         /* gk_spin's clock, measured */
 } g;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-#ifdef VPMM_HAVE_KERNELS
 /*
  * SM clock cycles per millisecond as gk_spin sees them: a spin of ~20 ms at the nominal clock,
  * timed with events (the second of two rounds; the first wakes the clocks up). The attribute alone
@@ -136,44 +92,16 @@ static double spin_calibrate(int clock_khz)
     assert_true(ms > 0.0f);
     return (double)cycles / ms;
 }
-#endif
 
-/* 1 if a CUDA device can run the tests; else fills g.why. Prints the device once. */
-static int gpu_probe(void)
+/* The probe (gpu_test_util.h): prints the device once, warms the kernels up and times gk_spin. */
+static int gpu_probe(char *why, size_t len)
 {
-#ifndef VPMM_HAVE_KERNELS
-    snprintf(g.why, sizeof g.why, "built without CUDA kernels (no nvcc at configure time)");
-    return 0;
-#else
-    vpmm_config_t cfg;
-    vpmm_pool_t *pool = NULL;
-    vpmm_status_t st;
     struct cudaDeviceProp prop;
-    int count = 0, clock_khz = 0;
+    int clock_khz = 0;
     size_t free_b, total_b;
-    cudaError_t ce = cudaGetDeviceCount(&count);
 
-    vpmm_config_init(&cfg);
-    cfg.backend = VPMM_BACKEND_CUDA;
-    cfg.ignore_env = 1;
-    cfg.va_size = VA_SMALL;
-    st = vpmm_pool_create(&cfg, &pool);
-    if (st == VPMM_ERROR_NO_DEVICE || st == VPMM_ERROR_NOT_SUPPORTED || ce != cudaSuccess ||
-        count == 0) {
-        snprintf(g.why, sizeof g.why,
-                 "no usable CUDA device (cudaGetDeviceCount: %s, %d devices; "
-                 "vpmm_pool_create(CUDA): %s%s%s)",
-                 ce == cudaSuccess ? "ok" : cudaGetErrorString(ce), count, vpmm_status_name(st),
-                 st == VPMM_SUCCESS ? "" : ": ", st == VPMM_SUCCESS ? "" : vpmm_last_error());
-        if (pool != NULL)
-            vpmm_pool_destroy(pool);
+    if (!gpu_probe_pool(why, len, NULL))
         return 0;
-    }
-    if (st != VPMM_SUCCESS)
-        fail_msg("a CUDA device is present but vpmm_pool_create(CUDA) failed: %s (%s)",
-                 vpmm_status_name(st), vpmm_last_error());
-    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
-
     CUDA_OK(cudaSetDevice(0));
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
     CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
@@ -192,33 +120,10 @@ static int gpu_probe(void)
                   "kernel spins %.0f ms in each case\n",
                   g.cycles_per_ms, clock_khz / 1000, SPIN_MS);
     return 1;
-#endif
 }
 
-/* Every GPU test starts here: 1 to go on; otherwise it skips (or fails, if a GPU is required). */
-static int gpu_ready(void)
-{
-    const char *req = getenv("VPMM_TEST_REQUIRE_GPU");
-    if (!g.probed) {
-        g.probed = 1;
-        snprintf(g.why, sizeof g.why, "the GPU probe failed (see the first test's failure)");
-        g.present = gpu_probe();
-    }
-    if (g.present)
-        return 1;
-    if (req != NULL && strcmp(req, "1") == 0)
-        fail_msg("VPMM_TEST_REQUIRE_GPU=1, but %s", g.why);
-    if (g.probed == 1) /* say why once */
-        print_message("[gpu] every GPU test skips: %s\n", g.why);
-    g.probed = 2;
-    return 0;
-}
-
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!gpu_ready())                                                                          \
-            skip();                                                                                \
-    } while (0)
+/* Every GPU test starts here: skips without a GPU (fails if one is required). */
+#define REQUIRE_GPU() GPU_REQUIRE("[gpu]", gpu_probe)
 
 /* ---- the cases ------------------------------------------------------------------------------- */
 
@@ -303,13 +208,6 @@ static cudaStream_t handle_of(kind_t k, cudaStream_t created)
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static size_t device_free(void)
-{
-    size_t f, t;
-    CUDA_OK(cudaMemGetInfo(&f, &t));
-    return f;
-}
-
 static vpmm_pool_t *gpu_pool(void)
 {
     vpmm_config_t cfg;
@@ -339,38 +237,11 @@ static void gpu_pool_close(vpmm_pool_t *pool, size_t free_before)
     CHECK_POOL(pool);
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
     CUDA_OK(cudaDeviceSynchronize());
-    after = device_free();
+    after = gpu_device_free();
     if (after + MEM_SLACK < free_before)
         fail_msg("the pool is gone but not its memory: device free memory %zu MiB before the pool, "
                  "%zu MiB after",
                  free_before / MiB, after / MiB);
-}
-
-/*
- * A created stream. Non-blocking (as PyTorch makes its streams) by default: a blocking stream is
- * implicitly synchronised with the legacy stream, which would order A's and B's work by itself
- * and hide a wait that vpmm failed to insert whenever the other side is the legacy stream.
- */
-static cudaStream_t stream_new(int blocking)
-{
-    cudaStream_t s;
-    if (blocking)
-        CUDA_OK(cudaStreamCreate(&s));
-    else
-        CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-}
-
-static void stream_done(vpmm_pool_t *pool, cudaStream_t s)
-{
-    assert_int_equal(vpmm_stream_release(pool, s), VPMM_SUCCESS);
-    CUDA_OK(cudaStreamDestroy(s));
-}
-
-static int overlaps(const void *a, size_t an, const void *b, size_t bn)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + bn && y < x + an;
 }
 
 /* ---- the two threads ------------------------------------------------------------------------- */
@@ -470,7 +341,7 @@ static void *thread_a(void *arg)
     T_CUDA(r, WHO_A, cudaSetDevice(0));
     T_VPMM(r, WHO_A, vpmm_malloc(r->pool, BLOCK, r->sa, &x));
     r->a_ptr = x;
-    t0 = now_s();
+    t0 = gpu_now_s();
     T_GK(r, WHO_A, gk_fill(x, BLOCK, r->seed_a, r->sa));
     T_GK(r, WHO_A, gk_spin(r->sa, r->spin_cycles));
     T_GK(r, WHO_A, gk_check(x, BLOCK, r->seed_a, &g.counters[0], r->sa));
@@ -486,7 +357,7 @@ static void *thread_a(void *arg)
         T_FAIL(r, WHO_A, "cudaStreamQuery(SA): %s (%d)", cudaGetErrorString(r->a_busy),
                (int)r->a_busy);
     T_CUDA(r, WHO_A, cudaStreamSynchronize(r->sa));
-    r->a_ms = (now_s() - t0) * 1e3;
+    r->a_ms = (gpu_now_s() - t0) * 1e3;
 out:
     return NULL;
 }
@@ -502,9 +373,9 @@ static void *thread_b(void *arg)
     if (!wait_phase(r, WHO_B, 1))
         goto out;
     T_VPMM(r, WHO_B, vpmm_get_stats(r->pool, &r->b_before));
-    t0 = now_s();
+    t0 = gpu_now_s();
     T_VPMM(r, WHO_B, vpmm_malloc(r->pool, BLOCK, r->sb, &y));
-    r->b_malloc_ms = (now_s() - t0) * 1e3;
+    r->b_malloc_ms = (gpu_now_s() - t0) * 1e3;
     r->b_ptr = y;
     T_VPMM(r, WHO_B, vpmm_get_stats(r->pool, &r->b_after));
     r->b_violations = vpmm_pool_check(r->pool, stderr);
@@ -563,11 +434,11 @@ static void test_case(void **state)
     run_t r;
     REQUIRE_GPU();
 
-    free0 = device_free();
+    free0 = gpu_device_free();
     if (c->a == K_CREATED)
-        created_a = stream_new(c->blocking);
+        created_a = gpu_stream_new(c->blocking);
     if (c->b == K_CREATED)
-        created_b = stream_new(c->blocking);
+        created_b = gpu_stream_new(c->blocking);
     pool = gpu_pool();
     CUDA_OK(cudaMemset(g.counters, 0, 2 * sizeof *g.counters));
     CUDA_OK(cudaDeviceSynchronize());
@@ -601,7 +472,7 @@ static void test_case(void **state)
     CHECK_POOL(pool);
     s = tstats(pool);
     same = r.a_ptr == r.b_ptr;
-    reused = overlaps(r.a_ptr, BLOCK, r.b_ptr, BLOCK);
+    reused = gpu_overlaps(r.a_ptr, BLOCK, r.b_ptr, BLOCK);
     waits = r.b_after.cross_stream_waits - r.b_before.cross_stream_waits;
     print_message("[gpu] A %s -> B %s: B got %s, %" PRIu64 " cross-stream wait(s), %" PRIu64
                   " page(s) remapped; B's malloc %.3f ms while SA %s; A's check: %llu mismatching "
@@ -632,9 +503,9 @@ static void test_case(void **state)
     assert_int_equal(s.live_allocs, 0);
 
     if (created_a != NULL)
-        stream_done(pool, created_a);
+        gpu_stream_done(pool, created_a);
     if (created_b != NULL)
-        stream_done(pool, created_b);
+        gpu_stream_done(pool, created_b);
     gpu_pool_close(pool, free0);
 }
 
@@ -698,5 +569,5 @@ int main(void)
     rc = cmocka_run_group_tests_name(PROG_NAME, tests, NULL, gpu_teardown);
     /* Nothing failed but the cases skipped (no GPU): SKIP_EXIT, which tests/CMakeLists.txt gives
      * ctest as SKIP_RETURN_CODE, so that ctest reports the test as skipped, not passed. */
-    return rc == 0 && !g.present ? SKIP_EXIT : rc;
+    return rc == 0 && !gpu_present() ? SKIP_EXIT : rc;
 }
