@@ -128,6 +128,10 @@ typedef struct vpmm_config {
                               VPMM_ERROR_OUT_OF_MEMORY */
     int verbose;           /* VPMM_VERBOSE; -1 (default) = 0; 1 = print each out-of-memory report
                               on stderr */
+    const char *trace_file; /* VPMM_TRACE_FILE; NULL (default) = none; else record every malloc
+                              and free into this file, in the trace format vpmm-replay reads
+                              (docs/TRACE_FORMAT.md); "%p" = process id, "%n" = the pool's number
+                              in the process. Read at vpmm_pool_create only */
     vpmm_default_stream_t default_stream; /* VPMM_DEFAULT_STREAM; what stream 0 names. UNSET
                               (what vpmm_config_init sets, unless the calling file was compiled with
                               CUDA_API_PER_THREAD_DEFAULT_STREAM: then PER_THREAD) = the

@@ -259,6 +259,14 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
         VPMM_CHECK(
             env_number("VPMM_VERBOSE", &env_verbose, &verbose_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_default_stream(&env_default));
+        if (getenv("VPMM_TRACE_FILE") != NULL && getenv("VPMM_TRACE_FILE")[0] == '\0') {
+            vpmm_i_set_error("VPMM_TRACE_FILE='': expected a file name");
+            return VPMM_ERROR_INVALID_ENV;
+        }
+    }
+    if (config->trace_file != NULL && config->trace_file[0] == '\0') {
+        vpmm_i_set_error("config.trace_file='': expected a file name or NULL");
+        return VPMM_ERROR_INVALID_CONFIG;
     }
 
     memset(&o, 0, sizeof o);
@@ -286,6 +294,13 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     o.max_bytes = config->max_bytes ? config->max_bytes : env_max;
     o.max_bytes_src = config->max_bytes ? VPMM_FROM_CONFIG : max_src;
     o.verbose = config->verbose >= 0 ? config->verbose : (int)env_verbose;
+    if (config->trace_file != NULL) {
+        o.trace_file = config->trace_file;
+        o.trace_file_src = VPMM_FROM_CONFIG;
+    } else if (!config->ignore_env && getenv("VPMM_TRACE_FILE") != NULL) {
+        o.trace_file = getenv("VPMM_TRACE_FILE");
+        o.trace_file_src = VPMM_FROM_ENV;
+    }
     o.per_thread_default = (config->default_stream != VPMM_DEFAULT_STREAM_UNSET
                                 ? config->default_stream
                                 : env_default) == VPMM_DEFAULT_STREAM_PER_THREAD;

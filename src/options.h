@@ -35,7 +35,8 @@ typedef struct vpmm_options {
     size_t max_bytes; /* 0: no cap; else a whole number of pages once finished */
     int verbose;
     int per_thread_default; /* stream 0 is the calling thread's per-thread stream (stream.c) */
-    vpmm_option_source_t page_size_src, va_size_src, prealloc_src, max_bytes_src;
+    const char *trace_file; /* NULL: no recording (record.c); valid during vpmm_pool_create */
+    vpmm_option_source_t page_size_src, va_size_src, prealloc_src, max_bytes_src, trace_file_src;
 } vpmm_options_t;
 
 /*

@@ -202,6 +202,8 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &p->shared, 0, &c), fail_pool);
     if (p->opt.prealloc_pages > 0)
         VPMM_CHECK_GOTO(st, preallocate(p, p->opt.prealloc_pages), fail_teardown);
+    VPMM_CHECK_GOTO(st, vpmm_i_record_open(p), fail_teardown);
+    p->opt.trace_file = NULL; /* the string may not outlive the call */
     *out = p;
     return VPMM_SUCCESS;
 
@@ -276,6 +278,7 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
         return st;
     }
     st = pool_teardown(pool);
+    vpmm_i_record_close(pool);
     vpmm_i_unlock(pool);
     pool_free_host(pool);
     return st;
@@ -438,6 +441,8 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     vpmm_i_note_peaks(pool);
     *out_ptr = (void *)r->addr;
 out:
+    if (VPMM_UNLIKELY(pool->record != NULL) && st == VPMM_SUCCESS)
+        vpmm_i_record_op(pool, 'a', (uintptr_t)*out_ptr, size, key);
     if (VPMM_UNLIKELY(st == VPMM_ERROR_OUT_OF_MEMORY)) {
         /* Every way to run out, the shared pool's and a graph pool's, is counted and reported
          * here, once (the graph pool counted its own). */
@@ -483,6 +488,8 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
         st = bad_pointer(pool, ptr);
         goto out;
     }
+    if (VPMM_UNLIKELY(pool->record != NULL))
+        vpmm_i_record_op(pool, 'f', r->addr, r->requested, vpmm_i_stream_key_of(r->stream));
     vpmm_i_alloc_forget(pool, r);
     if (VPMM_UNLIKELY(vpmm_i_arena_of(r)->priv)) {
         vpmm_i_arena_free(pool, r); /* a graph pool's: no cache, capture-aware (arena.c) */

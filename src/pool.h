@@ -77,6 +77,7 @@ typedef enum vpmm_oom_cause {
     VPMM_OOM_VA,         /* no address space for a new VA chunk */
 } vpmm_oom_cause_t;
 
+typedef struct vpmm_record vpmm_record_t; /* record.c */
 typedef struct vpmm_chunk vpmm_chunk_t;
 typedef struct vpmm_region vpmm_region_t;
 typedef struct vpmm_strm vpmm_strm_t;
@@ -229,6 +230,7 @@ struct vpmm_pool {
     uint64_t grow_frees_mark;   /* c.frees at the last growth */
     size_t cache_limit;         /* cached_bytes may not exceed it: opt.cache_percent of mapped */
     vpmm_oom_cause_t oom_cause; /* what refused the malloc being reported (report.c) */
+    vpmm_record_t *record;      /* the trace being recorded (record.c), or NULL */
     char oom_report[1536];      /* the last out-of-memory report (report.c) */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
@@ -243,6 +245,15 @@ struct vpmm_pool {
  */
 vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
                                     vpmm_pool_t **out);
+
+/* ---- trace recording (record.c) ------------------------------------------------------------- */
+
+/* Opens opt.trace_file if set (the status names the knob when it cannot be opened). */
+vpmm_status_t vpmm_i_record_open(vpmm_pool_t *p);
+/* Writes one trace line: op 'a' (a malloc served) or 'f' (a free), under the pool lock. */
+void vpmm_i_record_op(vpmm_pool_t *p, char op, uintptr_t addr, size_t size, vpmm_stream_key_t k);
+/* Flushes and closes the trace (pool destruction). */
+void vpmm_i_record_close(vpmm_pool_t *p);
 
 /* ---- report (report.c) ---------------------------------------------------------------------- */
 

@@ -33,6 +33,7 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     cfg.va_size = params->va_size ? params->va_size : 32 * GiB; /* fits under valgrind too */
     cfg.prealloc_pages = params->prealloc;
     cfg.max_bytes = params->max_bytes;
+    cfg.trace_file = params->trace_file;
     if (params->per_thread_default)
         cfg.default_stream = VPMM_DEFAULT_STREAM_PER_THREAD;
     if (params->cache_percent != 0)
@@ -174,9 +175,9 @@ void assert_driver_matches_pool(const tpool_t *t)
 void tenv_unset_all(void)
 {
     static const char *const vars[] = {
-        "VPMM_PAGE_SIZE", "VPMM_VA_SIZE",     "VPMM_PAGES",
-        "VPMM_BACKEND",   "VPMM_HOST_MEMORY", "VPMM_CACHE_PERCENT",
-        "VPMM_MAX_BYTES", "VPMM_VERBOSE",     "VPMM_DEFAULT_STREAM"
+        "VPMM_PAGE_SIZE",      "VPMM_VA_SIZE",       "VPMM_PAGES",     "VPMM_BACKEND",
+        "VPMM_HOST_MEMORY",    "VPMM_CACHE_PERCENT", "VPMM_MAX_BYTES", "VPMM_VERBOSE",
+        "VPMM_DEFAULT_STREAM", "VPMM_TRACE_FILE",
     };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         assert_int_equal(unsetenv(vars[i]), 0);
