@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gen_synthetic.py — writes the synthetic allocation traces in bench/traces/ (format: DESIGN.md §7).
+"""gen_synthetic.py — writes the synthetic allocation traces in bench/traces/ (format: docs/TRACE_FORMAT.md).
 
 The two recorded traces are single-stream PyTorch programs; these scenarios stress what they do
 not, so that no setting is tuned to two traces. Deterministic (fixed seeds): rerunning rewrites

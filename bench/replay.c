@@ -1,5 +1,5 @@
 /*
- * replay.c — vpmm-replay: replays an allocation trace (DESIGN.md §7) against vpmm or a baseline
+ * replay.c — vpmm-replay: replays an allocation trace (docs/TRACE_FORMAT.md) against vpmm or a baseline
  * and reports footprint (peak device memory / peak live bytes) and per-call latency.
  *
  *   vpmm-replay [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--svg FILE]
@@ -110,7 +110,7 @@ static void usage(FILE *f)
             "  --svg FILE write a memory timeline (live, device, free, holes)\n"
             "  --verify   write a pattern into every allocation, check it before the free\n"
             "  --quiet    no progress bar\n"
-            "TRACE: a trace file (DESIGN.md section 7), gzip or plain, or - for stdin\n",
+            "TRACE: a trace file (docs/TRACE_FORMAT.md), gzip or plain, or - for stdin\n",
             backend_names());
 }
 

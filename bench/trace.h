@@ -1,5 +1,5 @@
 /*
- * trace.h — allocation traces (DESIGN.md §7) loaded into a flat array of operations.
+ * trace.h — allocation traces (docs/TRACE_FORMAT.md) loaded into a flat array of operations.
  *
  * Text, optionally gzip-compressed, one event per line, '#' lines are comments:
  *   a <addr-hex> <size> <stream>   allocation

@@ -4,7 +4,7 @@
 Two kinds of seeds, in the encoding described at the top of fuzz_ops.c:
 
   trace-*   slices of the recorded allocation traces (bench/traces/*.trace.gz, and
-            ../shared/traces if present; format in DESIGN.md section 7) turned into operations:
+            ../shared/traces if present; format in docs/TRACE_FORMAT.md) turned into operations:
             each allocation is a MALLOC of its size (scaled down by a power of two so that the
             slice's peak fits the small emulated device) followed by one kernel enqueued on its
             stream, each free a FREE of that allocation (by malloc number), and each "free
