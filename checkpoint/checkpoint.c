@@ -435,6 +435,38 @@ static void merge_walk(walk_t *wk, const vpmm_view_t *v, size_t nv)
     }
 }
 
+/*
+ * Memory freed in the graph pool that another stream may still use (vpmm_record_stream: a deferred
+ * free) cannot be given to a checkpoint's state. Deferred frees whose streams are done are
+ * released first (uses.c), and the views taken again; one still in use refuses the reapply.
+ */
+static vpmm_status_t no_deferred(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_view_t **v, size_t *nv,
+                                 size_t hint)
+{
+    int again = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < *nv; i++) {
+            if (!(*v)[i].deferred)
+                continue;
+            if (pass == 1) {
+                vpmm_i_set_error("vpmm_checkpoint_reapply: the memory freed at %p is still used "
+                                 "by another stream (vpmm_record_stream); reapply once its work "
+                                 "is done",
+                                 (void *)(*v)[i].addr);
+                return VPMM_ERROR_CHECKPOINT_CONFLICT;
+            }
+            again = 1;
+        }
+        if (!again)
+            return VPMM_SUCCESS;
+        vpmm_i_uses_release(p);
+        free(*v);
+        *v = NULL;
+        VPMM_CHECK(views_of(p, a, hint, v, nv));
+    }
+    return VPMM_SUCCESS;
+}
+
 vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoint_t *ck,
                                       void *const *dead, size_t ndead)
 {
@@ -468,6 +500,7 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
     }
     VPMM_CHECK_GOTO(st, wanted_allocs(p, ck, dead, ndead, &w, &n), out);
     VPMM_CHECK_GOTO(st, views_of(p, a, ck->nallocs + ck->nfrees + 16, &v, &nv), out);
+    VPMM_CHECK_GOTO(st, no_deferred(p, a, &v, &nv, ck->nallocs + ck->nfrees + 16), out);
     revive = calloc(n ? n : 1, 1);
     wk.scratch = malloc((2 * n + 1) * sizeof(vpmm_span_t));
     walked = malloc((n ? n : 1) * sizeof *walked);
@@ -477,9 +510,9 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
         goto out;
     }
     VPMM_CHECK_GOTO(st, check_mapped(p, a, v, nv, w, n, revive, &handles), out);
-    /* Each rewrite gives its old nodes back before taking at most 2m + 1 new ones (m wanted
-     * allocations in it): 2n + 1 spare nodes cover them all; a revived handle takes 4 more, the
-     * allocation on it 3. */
+    /* Each rewrite takes at most 2m + 1 new nodes (m wanted allocations in it), then gives its
+     * old ones (at least one) back: with 2n + 1 spare nodes, each finds 2m + 1 left; a revived
+     * handle takes 4 more, the allocation on it 3. */
     VPMM_CHECK_GOTO(st, resolve_streams(p, ck, w, n), out);
     VPMM_CHECK_GOTO(st, vpmm_i_rewrite_reserve(p, a, 2 * n + 1 + 4 * handles + 3 * n, w, n), out);
     /* Cannot fail from here. First the allocations on mapped memory, then the revived ones. */

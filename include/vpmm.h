@@ -118,16 +118,16 @@ typedef struct vpmm_config {
     int device;             /* CUDA device ordinal; -1 (default) = current device, else 0 */
     size_t page_size; /* VPMM_PAGE_SIZE; 0 = driver granularity (2 MiB on H100); multiple of it */
     size_t va_size;   /* VPMM_VA_SIZE; 0 = 8 TiB; size of each reserved VA chunk */
-    size_t prealloc_pages; /* VPMM_PAGES; 0 = none (grow on demand) */
-    size_t host_memory;    /* VPMM_HOST_MEMORY; host backend's device memory; 0 = 80 GiB */
-    int cache_percent;     /* VPMM_CACHE_PERCENT; cap on the exact-size cache, in percent of
-                              mapped memory; -1 (default) = 10; 0 = no cache */
-    int ignore_env;        /* nonzero: do not read VPMM_* variables */
-    size_t max_bytes;      /* VPMM_MAX_BYTES; 0 (default) = no cap; else mapped memory never
-                              exceeds it (rounded down to whole pages): past it, malloc reports
-                              VPMM_ERROR_OUT_OF_MEMORY */
-    int verbose;           /* VPMM_VERBOSE; -1 (default) = 0; 1 = print each out-of-memory report
-                              on stderr */
+    size_t prealloc_pages;  /* VPMM_PAGES; 0 = none (grow on demand) */
+    size_t host_memory;     /* VPMM_HOST_MEMORY; host backend's device memory; 0 = 80 GiB */
+    int cache_percent;      /* VPMM_CACHE_PERCENT; cap on the exact-size cache, in percent of
+                               mapped memory; -1 (default) = 10; 0 = no cache */
+    int ignore_env;         /* nonzero: do not read VPMM_* variables */
+    size_t max_bytes;       /* VPMM_MAX_BYTES; 0 (default) = no cap; else mapped memory never
+                               exceeds it (rounded down to whole pages): past it, malloc reports
+                               VPMM_ERROR_OUT_OF_MEMORY */
+    int verbose;            /* VPMM_VERBOSE; -1 (default) = 0; 1 = print each out-of-memory report
+                               on stderr */
     const char *trace_file; /* VPMM_TRACE_FILE; NULL (default) = none; else record every malloc
                               and free into this file, in the trace format vpmm-replay reads
                               (docs/TRACE_FORMAT.md); "%p" = process id, "%n" = the pool's number
@@ -266,12 +266,26 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
 
 /*
  * Frees an allocation, stream-ordered on its allocation stream: that stream may reuse the memory
- * at once, other streams once the GPU has finished the work enqueued before this call.
+ * at once, other streams once the GPU has finished the work enqueued before this call (and, for
+ * the streams named with vpmm_record_stream, no stream before their work has).
  * vpmm_free(pool, NULL) does nothing and succeeds, as free(3) and cudaFree(0) do.
  * Threads: any. Any thread may free any allocation. No driver call, except one capture query
- * for a graph pool's allocation freed while a capture into that graph pool runs.
+ * for a graph pool's allocation freed while a capture into that graph pool runs, and one event
+ * record per stream named with vpmm_record_stream.
  */
 vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr);
+
+/*
+ * Records that the allocation at ptr is also used by work on `stream` (cudaStream_t, any handle;
+ * PyTorch's Tensor.record_stream): once it is freed, no stream — its own included — reuses its
+ * memory before the work enqueued on `stream` until the free has completed. Call it after
+ * enqueuing that work and before the free; calling it again, or for the allocation's own stream,
+ * changes nothing. At the free, vpmm records one completion marker per such stream; the memory
+ * stays out of every free list until they complete (a slow path notices: docs/ALGORITHM.md).
+ * Bad pointers get the statuses of vpmm_free (FOREIGN_POINTER, INTERIOR_POINTER, DOUBLE_FREE;
+ * INVALID_ARGUMENT for NULL) and change nothing. Threads: any; no driver call.
+ */
+vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t stream);
 
 /*
  * Tells the pool that stream is about to be destroyed: the pool records a last completion marker

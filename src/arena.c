@@ -339,6 +339,7 @@ void vpmm_i_region_view(const vpmm_region_t *r, vpmm_view_t *out)
     out->requested = r->state == VPMM_REGION_ALLOCATED ? r->requested : 0;
     out->stream = r->state == VPMM_REGION_ALLOCATED ? vpmm_i_stream_key_of(r->stream)
                                                     : (vpmm_stream_key_t){ NULL, 0 };
+    out->deferred = r->state == VPMM_REGION_FREE && r->uses != NULL;
     out->region = (vpmm_region_t *)r;
 }
 
@@ -378,17 +379,18 @@ void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
                     const vpmm_span_t *spans, size_t n)
 {
     vpmm_chunk_t *chunk = first->chunk;
-    vpmm_region_t *prev = first->prev, *after = last->next, *r = first;
+    vpmm_region_t *prev = first->prev, *after = last->next, *r = first, *old = first;
 
+    /* The old regions leave the indexes; their nodes are given back at the end, once each
+     * allocation that stays (same address) has handed its other streams' uses to its new node. */
     for (;;) {
-        vpmm_region_t *next = r->next;
         int done = r == last;
         vpmm_i_index_del(p, r);
-        vpmm_i_region_give(p, r);
         if (done)
             break;
-        r = next;
+        r = r->next;
     }
+    last->next = NULL;
     for (size_t i = 0; i < n; i++) {
         r = vpmm_i_region_take(p);
         memset(r, 0, sizeof *r);
@@ -404,6 +406,13 @@ void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
             r->state = VPMM_REGION_ALLOCATED;
             r->stream = spans[i].stream;
             r->requested = spans[i].requested;
+            while (old != NULL && old->addr < r->addr)
+                old = old->next;
+            if (old != NULL && old->addr == r->addr && old->state == VPMM_REGION_ALLOCATED &&
+                old->stream == r->stream) {
+                r->uses = old->uses;
+                old->uses = NULL;
+            }
         } else {
             r->state = VPMM_REGION_FREE;
             r->ready = 1;
@@ -415,6 +424,12 @@ void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
     prev->next = after;
     if (after)
         after->prev = prev;
+    for (r = first; r != NULL;) {
+        vpmm_region_t *next = r->next;
+        vpmm_i_uses_forget(r); /* a dropped allocation's other streams */
+        vpmm_i_region_give(p, r);
+        r = next;
+    }
     /* Allocations came back: live bytes may exceed what was live before. */
     vpmm_i_note_peaks(p);
     if (chunk->arena->priv)

@@ -47,6 +47,7 @@ static size_t count_of(const vpmm_hmap_t *m, const void *key)
 
 typedef struct sums {
     size_t alloc, live, nalloc, free, hole, zombie, nready, npending, ncached, nholes, nzombies;
+    size_t ndeferred;
     size_t live_pages, zombie_pages;
 } sums_t;
 
@@ -83,10 +84,52 @@ static void check_pages(const vpmm_pool_t *p, const vpmm_region_t *r, uintptr_t 
     }
 }
 
+/* I11: r's other streams: distinct, not its own, each counted as a reference; gates (deferred)
+ * name recorded or next markers. */
+static void check_uses(const vpmm_region_t *r, vpmm_hmap_t *refs, checker_t *k)
+{
+    const vpmm_uses_t *u = r->uses;
+    if (u->n == 0 || u->n > u->cap)
+        fail(k, "I11: region 0x%" PRIxPTR " has %zu uses (room %zu)", r->addr, u->n, u->cap);
+    for (size_t i = 0; i < u->n && i < u->cap; i++) {
+        const struct vpmm_use *e = &u->e[i];
+        if (e->stream == NULL || e->stream == r->stream) {
+            fail(k, "I11: region 0x%" PRIxPTR " use %zu names no stream or its own", r->addr, i);
+            continue;
+        }
+        bump(refs, e->stream, k);
+        for (size_t j = 0; j < i; j++)
+            if (u->e[j].stream == e->stream)
+                fail(k, "I11: region 0x%" PRIxPTR " names stream %p twice", r->addr,
+                     (void *)e->stream->handle);
+        if (r->state == VPMM_REGION_FREE && e->seq > e->stream->recorded)
+            fail(k, "I11: deferred region 0x%" PRIxPTR " waits for an unrecordable marker",
+                 r->addr);
+    }
+}
+
 static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s, vpmm_hmap_t *refs,
                          checker_t *k)
 {
     const size_t pg = p->page_size;
+    if (r->uses != NULL) {
+        if (r->state != VPMM_REGION_ALLOCATED && r->state != VPMM_REGION_FREE)
+            fail(k, "I11: %s region 0x%" PRIxPTR " has uses",
+                 r->state == VPMM_REGION_HOLE ? "hole" : "zombie", r->addr);
+        else
+            check_uses(r, refs, k);
+    }
+    if (r->state == VPMM_REGION_FREE && r->uses != NULL) {
+        /* Deferred (uses.c): in the deferred list only, its own stream referenced. */
+        s->free += r->size;
+        s->ndeferred++;
+        if (r->ready || r->cached || r->stream == NULL)
+            fail(k, "I11: deferred region 0x%" PRIxPTR " is ready, cached or has no stream",
+                 r->addr);
+        else
+            bump(refs, r->stream, k);
+        return;
+    }
     switch (r->state) {
     case VPMM_REGION_ALLOCATED:
         s->alloc += r->size;
@@ -186,7 +229,7 @@ static void count_in_arena(const vpmm_region_t *r, arena_sums_t *a)
         a->free += r->size;
         if (r->ready)
             a->nready++;
-        else if (!r->cached)
+        else if (!r->cached && r->uses == NULL) /* deferred: in no tree */
             a->npending++;
         if (!r->ready && r->seq == VPMM_SEQ_CAPTURE)
             a->ncapture++;
@@ -445,6 +488,13 @@ static void check_indexes(const vpmm_pool_t *p, const sums_t *s, checker_t *k)
             fail(k, "I7: zombie list holds a non-zombie at 0x%" PRIxPTR, z->addr);
     if (nz != s->nzombies)
         fail(k, "I7: zombie list has %zu entries for %zu zombies", nz, s->nzombies);
+    nz = 0;
+    for (const vpmm_region_t *d = p->deferred_head; d; d = d->qnext, nz++)
+        if (d->state != VPMM_REGION_FREE || d->uses == NULL)
+            fail(k, "I11: deferred list holds a region that is not deferred at 0x%" PRIxPTR,
+                 d->addr);
+    if (nz != s->ndeferred)
+        fail(k, "I11: deferred list has %zu entries for %zu deferred regions", nz, s->ndeferred);
 }
 
 size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)

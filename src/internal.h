@@ -76,6 +76,9 @@ static inline int vpmm_i_stream_is_legacy(vpmm_stream_t s)
  * skipped), then polls every stream (retired ones too) except `except`: pending memory whose
  * work is done becomes ready. NULL polls them all. */
 void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except);
+/* Releases deferred frees (vpmm_record_stream) whose other streams' work is done: they become
+ * ordinary free memory. Records markers and queries events: not during a capture. */
+void vpmm_i_uses_release(vpmm_pool_t *p);
 /* Waits until the device is idle (pool destruction with graphs just destroyed). */
 vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p);
 
@@ -114,6 +117,7 @@ typedef struct vpmm_view {
     int chunk_last;           /* the last region of its chunk (a rewrite never crosses one) */
     size_t requested;         /* ALLOCATED: the caller's size */
     vpmm_stream_key_t stream; /* ALLOCATED: its stream */
+    int deferred;             /* FREE, but another stream may still use it (vpmm_record_stream) */
     vpmm_region_t *region;    /* for vpmm_i_rewrite */
 } vpmm_view_t;
 

@@ -158,6 +158,7 @@ static vpmm_status_t pool_teardown(vpmm_pool_t *p)
         if (c->nvtx_heap != NULL)
             vpmm_i_nvtx_heap_unregister_slow(c->nvtx_heap);
     }
+    vpmm_i_uses_fini(p); /* before the stream records they name go */
     NOTE(vpmm_i_stream_fini_all(p) == VPMM_SUCCESS);
 #undef NOTE
     return first;
@@ -455,19 +456,19 @@ out:
     return st;
 }
 
-static vpmm_status_t bad_pointer(vpmm_pool_t *p, void *ptr)
+vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn)
 {
     vpmm_region_t *r = vpmm_i_region_find(p, (uintptr_t)ptr);
     if (r == NULL) {
-        vpmm_i_set_error("vpmm_free: %p is not inside this pool", ptr);
+        vpmm_i_set_error("%s: %p is not inside this pool", fn, ptr);
         return VPMM_ERROR_FOREIGN_POINTER;
     }
     if (r->state == VPMM_REGION_ALLOCATED) {
-        vpmm_i_set_error("vpmm_free: %p is %zu bytes into the allocation at %p", ptr,
+        vpmm_i_set_error("%s: %p is %zu bytes into the allocation at %p", fn, ptr,
                          (size_t)((uintptr_t)ptr - r->addr), (void *)r->addr);
         return VPMM_ERROR_INTERIOR_POINTER;
     }
-    vpmm_i_set_error("vpmm_free: %p is not allocated (double free?)", ptr);
+    vpmm_i_set_error("%s: %p is not allocated (double free?)", fn, ptr);
     return VPMM_ERROR_DOUBLE_FREE;
 }
 
@@ -485,13 +486,16 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
     /* One probe: the allocation leaves the table as it is found. */
     r = vpmm_hmap_remove(&pool->allocs, (uintptr_t)ptr);
     if (VPMM_UNLIKELY(r == NULL)) {
-        st = bad_pointer(pool, ptr);
+        st = vpmm_i_bad_pointer(pool, ptr, "vpmm_free");
         goto out;
     }
     if (VPMM_UNLIKELY(pool->record != NULL))
         vpmm_i_record_op(pool, 'f', r->addr, r->requested, vpmm_i_stream_key_of(r->stream));
     vpmm_i_alloc_forget(pool, r);
-    if (VPMM_UNLIKELY(vpmm_i_arena_of(r)->priv)) {
+    if (VPMM_UNLIKELY(r->uses != NULL)) {
+        vpmm_i_uses_defer(pool, r); /* other streams use it: deferred until they are done */
+        vpmm_i_arena_of(r)->c.frees += vpmm_i_arena_of(r)->priv;
+    } else if (VPMM_UNLIKELY(vpmm_i_arena_of(r)->priv)) {
         vpmm_i_arena_free(pool, r); /* a graph pool's: no cache, capture-aware (arena.c) */
     } else if (vpmm_i_cache_put(pool, r->stream, r) != 0) {
         vpmm_i_region_set_free(pool, r, r->stream);

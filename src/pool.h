@@ -53,6 +53,10 @@
  *      arena's counters equal the sums over its chunks; cached regions are shared only.
  *  I10 Streams: a record's owner is nonzero iff its handle is VPMM_STREAM_PER_THREAD, and no two
  *      live records have the same (handle, owner) key (internal.h).
+ *  I11 Uses: only ALLOCATED and deferred FREE regions have uses (n >= 1, distinct streams, none
+ *      the region's own); a deferred region is FREE, not ready, not cached, has its own stream,
+ *      sits in the deferred list (and no tree), and each gate's seq <= its stream's recorded;
+ *      a stream's refs count its uses too.
  */
 #ifndef VPMM_POOL_H
 #define VPMM_POOL_H
@@ -100,6 +104,17 @@ struct vpmm_chunk {
     vpmm_chunk_t *next;
 };
 
+/* The other streams that use an allocation (vpmm_record_stream); once it is freed, the marker
+ * of each that must complete before its memory is reused (uses.c). */
+struct vpmm_use {
+    vpmm_strm_t *stream; /* holds a reference (refs) */
+    uint64_t seq;        /* deferred FREE: the gate, marker `seq` of stream */
+};
+typedef struct vpmm_uses {
+    size_t n, cap;
+    struct vpmm_use e[];
+} vpmm_uses_t;
+
 struct vpmm_region {
     uintptr_t addr;
     size_t size;
@@ -118,6 +133,8 @@ struct vpmm_region {
                                      VPMM_SEQ_CAPTURE) */
     size_t requested;             /* ALLOCATED: the caller's size */
     uint64_t age;                 /* FREE: pool->clock when freed (oldest-first harvesting) */
+    vpmm_uses_t *uses;            /* ALLOCATED: its other streams; FREE: non-NULL iff deferred
+                                     (uses.c); else NULL */
 };
 
 /* What the pool knows about one application stream. */
@@ -203,8 +220,9 @@ struct vpmm_pool {
     unsigned captures;          /* captures in progress, all arenas (the sum of their `captures`) */
     struct vpmm_graphs *graphs; /* graph/'s state (graph pools, captures); NULL until used */
     vpmm_region_t *zombie_head, *zombie_tail;
-    vpmm_hmap_t allocs; /* address -> ALLOCATED region */
-    vpmm_hmap_t maps;   /* page address -> phys (live and zombie mappings) */
+    vpmm_region_t *deferred_head, *deferred_tail; /* deferred FREE regions (uses.c) */
+    vpmm_hmap_t allocs;                           /* address -> ALLOCATED region */
+    vpmm_hmap_t maps; /* page address -> phys (live and zombie mappings) */
     vpmm_phys_t *phys_head;
     size_t phys_count;
     vpmm_drv_handle_t *unreleased; /* unmapped handles whose release failed (trim.c) */
@@ -245,6 +263,19 @@ struct vpmm_pool {
  */
 vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
                                     vpmm_pool_t **out);
+
+/* ---- other streams' uses, deferred frees (uses.c) ------------------------------------------ */
+
+/* Frees allocation r (out of the allocation table, counted out) into the deferred state: each use
+ * gets its gate (recorded now where it may be). */
+void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r);
+/* (vpmm_i_uses_release, which checkpoint/ calls too, is declared in internal.h.) */
+/* Drops a region's uses (a node leaving the pool's books); vpmm_i_uses_fini: every deferred
+ * region's (pool destruction). */
+void vpmm_i_uses_forget(vpmm_region_t *r);
+void vpmm_i_uses_fini(vpmm_pool_t *p);
+/* The status and message for a pointer that is not a live allocation of p (pool.c). */
+vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn);
 
 /* ---- trace recording (record.c) ------------------------------------------------------------- */
 

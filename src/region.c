@@ -100,6 +100,31 @@ static void zombie_unlink(vpmm_pool_t *p, vpmm_region_t *r)
     r->qprev = r->qnext = NULL;
 }
 
+/* The deferred list (uses.c), linked through qprev/qnext like the zombie list. */
+static void deferred_append(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    r->qnext = NULL;
+    r->qprev = p->deferred_tail;
+    if (p->deferred_tail)
+        p->deferred_tail->qnext = r;
+    else
+        p->deferred_head = r;
+    p->deferred_tail = r;
+}
+
+static void deferred_unlink(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    if (r->qprev)
+        r->qprev->qnext = r->qnext;
+    else
+        p->deferred_head = r->qnext;
+    if (r->qnext)
+        r->qnext->qprev = r->qprev;
+    else
+        p->deferred_tail = r->qprev;
+    r->qprev = r->qnext = NULL;
+}
+
 /* A private pending region's tree: its arena's side tree for its stream (reserved earlier). */
 static vpmm_rbtree_t *side_tree(vpmm_arena_t *a, const vpmm_region_t *r)
 {
@@ -170,7 +195,10 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
         break;
     case VPMM_REGION_FREE:
         p->c.free_bytes += r->size;
-        if (r->ready) {
+        if (VPMM_UNLIKELY(r->uses != NULL)) {
+            deferred_append(p, r);
+            r->stream->refs++;
+        } else if (r->ready) {
             tree_add(&a->ready, r);
         } else {
             vpmm_strm_t *s = r->stream;
@@ -224,7 +252,10 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
         return; /* counted out by alloc_forget */
     case VPMM_REGION_FREE:
         p->c.free_bytes -= r->size;
-        if (r->ready) {
+        if (VPMM_UNLIKELY(r->uses != NULL)) {
+            deferred_unlink(p, r);
+            r->stream->refs--;
+        } else if (r->ready) {
             vpmm_rb_remove(&a->ready, &r->node);
         } else {
             vpmm_strm_t *s = r->stream;
@@ -333,7 +364,8 @@ void vpmm_i_region_absorb_next(vpmm_pool_t *p, vpmm_region_t *r)
 
 int vpmm_i_free_mergeable(const vpmm_region_t *a, const vpmm_region_t *b)
 {
-    if (a->state != VPMM_REGION_FREE || b->state != VPMM_REGION_FREE || a->cached || b->cached)
+    if (a->state != VPMM_REGION_FREE || b->state != VPMM_REGION_FREE || a->cached || b->cached ||
+        a->uses != NULL || b->uses != NULL)
         return 0;
     if (a->ready || b->ready)
         return a->ready && b->ready;

@@ -76,6 +76,8 @@ static void free_pages_of(vpmm_pool_t *p, size_t *movable, size_t *pending)
                 continue;
             if (!r->ready)
                 *pending += r->size;
+            if (r->uses != NULL)
+                continue; /* deferred: another stream may still use it */
             if (r->ready || r->cached || r->stream->retired || r->stream->dirty_regions == 0 ||
                 vpmm_i_stream_markable(p, r->stream))
                 *movable += vpmm_i_whole_handle_bytes(p, r->addr, r->size);

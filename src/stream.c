@@ -299,6 +299,10 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
     /* Cached regions are on no pending list: back to the ordinary states first, or polling
      * would never make them ready for other streams. */
     vpmm_i_cache_flush_all(p);
+    /* Deferred frees whose other streams are done become ordinary free memory (uses.c), pending
+     * on their own stream: marked and polled below with the rest. */
+    if (p->deferred_head != NULL)
+        vpmm_i_uses_release(p);
     for (vpmm_strm_t *s = p->streams; s; s = s->next) {
         if (s == except)
             continue;

@@ -1,0 +1,157 @@
+/*
+ * uses.c — allocations used by other streams (vpmm_record_stream) and their deferred frees.
+ *
+ * An allocation belongs to the stream it was allocated on: freed, its memory is reused at once
+ * by that stream (stream order) and by other streams once that stream's work is done. Work on a
+ * *second* stream that reads or writes the block (a tensor handed to another stream, PyTorch's
+ * Tensor.record_stream) is invisible to that rule. vpmm_record_stream names such a stream: the
+ * allocation keeps a list of its other streams (r->uses), each holding a reference on its stream
+ * record. When it is freed, each of them gets a gate: the marker that covers the work enqueued on
+ * it so far (recorded at once where it can be, else later; stream.c's rules for another thread's
+ * per-thread stream and for captures apply). Until every gate has completed the region is
+ * *deferred*: FREE, counted as free memory, but in no tree — in the pool's deferred list — so no
+ * stream, its own included, can take it, nothing can move it, and it merges with nothing. The
+ * slow paths (vpmm_i_stream_poll_all) release deferred regions whose gates completed: they become
+ * ordinary free memory, pending on their own stream (a marker later than the free: later, never
+ * earlier).
+ *
+ *     allocated, uses {B}  --free-->  deferred (gate: B's marker m)  --m done-->  pending on A
+ *
+ * A checkpoint is not reapplied over deferred memory of its graph pool (checkpoint.c refuses with
+ * VPMM_ERROR_CHECKPOINT_CONFLICT): another stream may still use it.
+ *
+ * Under the pool lock. Invariants (pool.h I7, I11) are checked in check.c; tests in
+ * tests/test_uses.c.
+ */
+#include <stdlib.h>
+
+#include "pool.h"
+
+/* Room for one more use; -1 when out of host memory (nothing changed). */
+static int uses_reserve(vpmm_region_t *r)
+{
+    vpmm_uses_t *u = r->uses;
+    size_t cap;
+    if (u != NULL && u->n < u->cap)
+        return 0;
+    cap = u ? u->cap * 2 : 2;
+    u = realloc(u, sizeof *u + cap * sizeof u->e[0]);
+    if (u == NULL)
+        return -1;
+    if (r->uses == NULL)
+        u->n = 0;
+    u->cap = cap;
+    r->uses = u;
+    return 0;
+}
+
+vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t stream)
+{
+    vpmm_stream_key_t key;
+    vpmm_region_t *r;
+    vpmm_strm_t *s;
+    vpmm_status_t st = VPMM_SUCCESS;
+
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_record_stream: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    key = vpmm_i_stream_key(pool, stream);
+    vpmm_i_lock(pool);
+    r = ptr ? vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr) : NULL;
+    if (r == NULL) {
+        st =
+            ptr ? vpmm_i_bad_pointer(pool, ptr, "vpmm_record_stream") : VPMM_ERROR_INVALID_ARGUMENT;
+        if (ptr == NULL)
+            vpmm_i_set_error("vpmm_record_stream: ptr is NULL");
+        goto out;
+    }
+    if (vpmm_i_stream_key_equal(vpmm_i_stream_key_of(r->stream), key))
+        goto out; /* its own stream: stream order covers it */
+    if (r->uses != NULL)
+        for (size_t i = 0; i < r->uses->n; i++)
+            if (vpmm_i_stream_key_equal(vpmm_i_stream_key_of(r->uses->e[i].stream), key))
+                goto out; /* already recorded */
+    s = vpmm_i_stream_get(pool, key);
+    if (s == NULL || uses_reserve(r) != 0) {
+        vpmm_i_set_error("vpmm_record_stream: out of host memory");
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        goto out;
+    }
+    r->uses->e[r->uses->n++] = (struct vpmm_use){ s, 0 };
+    s->refs++;
+out:
+    vpmm_i_unlock(pool);
+    return st;
+}
+
+void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    r->state = VPMM_REGION_FREE;
+    r->requested = 0;
+    r->age = ++p->clock;
+    r->ready = 0;
+    r->cached = 0;
+    r->seq = 0;
+    /* r->stream stays its own stream, r->uses its other streams: each gets its gate. */
+    for (size_t i = 0; i < r->uses->n; i++) {
+        struct vpmm_use *e = &r->uses->e[i];
+        e->seq = e->stream->recorded;
+        (void)vpmm_i_stream_mark(p, e->stream, e->seq); /* now if it may be; else later */
+    }
+    vpmm_i_index_add(p, r); /* the deferred list */
+}
+
+/* Drops r's uses: their stream references, and the list. */
+static void uses_drop(vpmm_region_t *r)
+{
+    for (size_t i = 0; i < r->uses->n; i++)
+        r->uses->e[i].stream->refs--;
+    free(r->uses);
+    r->uses = NULL;
+}
+
+/* Whether every gate of deferred region r has completed (recording and polling as needed). */
+static int gates_done(vpmm_pool_t *p, const vpmm_region_t *r)
+{
+    for (size_t i = 0; i < r->uses->n; i++) {
+        const struct vpmm_use *e = &r->uses->e[i];
+        if (vpmm_i_stream_done(e->stream, e->seq))
+            continue;
+        if (e->seq == e->stream->recorded)
+            (void)vpmm_i_stream_mark(p, e->stream, e->seq); /* on demand: someone polls for it */
+        vpmm_i_stream_poll(p, e->stream);
+        if (!vpmm_i_stream_done(e->stream, e->seq))
+            return 0;
+    }
+    return 1;
+}
+
+void vpmm_i_uses_release(vpmm_pool_t *p)
+{
+    vpmm_region_t *r = p->deferred_head;
+    while (r != NULL) {
+        vpmm_region_t *next = r->qnext;
+        if (gates_done(p, r)) {
+            vpmm_strm_t *own = r->stream;
+            vpmm_i_index_del(p, r);
+            uses_drop(r);
+            vpmm_i_region_set_free(p, r, own); /* pending on its own stream from now */
+            vpmm_i_index_add(p, r);
+            vpmm_i_region_coalesce(p, r);
+        }
+        r = next;
+    }
+}
+
+void vpmm_i_uses_forget(vpmm_region_t *r)
+{
+    if (r->uses != NULL)
+        uses_drop(r);
+}
+
+void vpmm_i_uses_fini(vpmm_pool_t *p)
+{
+    for (vpmm_region_t *r = p->deferred_head; r; r = r->qnext)
+        vpmm_i_uses_forget(r);
+}
