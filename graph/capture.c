@@ -114,9 +114,10 @@ void vpmm_cap_end_all_of(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp
 
 /* ---- hooks -------------------------------------------------------------------------------- */
 
-/* The record of the capture stream is in (status and id already known), made if new. */
-static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_stream_key_t stream,
-                                uint64_t id, vpmm_capture_rec_t **out)
+/* The record of the capture stream is in (status and id already known), made if new: served by
+ * gp, or by a new graph pool when gp is NULL. */
+static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp,
+                                vpmm_stream_key_t stream, uint64_t id, vpmm_capture_rec_t **out)
 {
     vpmm_driver_t *d = vpmm_i_pool_driver(p);
     vpmm_capture_status_t cap;
@@ -133,7 +134,7 @@ static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_stream_ke
                          (void *)stream.handle, (unsigned long long)id);
         return VPMM_ERROR_NOT_CAPTURING;
     }
-    return record_new(p, g, NULL, stream, id, graph, out);
+    return record_new(p, g, gp, stream, id, graph, out);
 }
 
 vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
@@ -143,8 +144,37 @@ vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t c
     vpmm_capture_rec_t *rec;
     if (g == NULL)
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    VPMM_CHECK(record_for(p, g, stream, capture_id, &rec));
+    VPMM_CHECK(record_for(p, g, NULL, stream, capture_id, &rec));
     return vpmm_i_arena_malloc(p, rec->gp->arena, stream, size, out_ptr);
+}
+
+vpmm_status_t vpmm_g_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_stream_key_t stream,
+                                 int capturing, uint64_t capture_id, size_t size, void **out_ptr)
+{
+    if (capturing) {
+        vpmm_graphs_t *g = vpmm_gp_state(p);
+        vpmm_capture_rec_t *rec;
+        if (g == NULL)
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        VPMM_CHECK(record_for(p, g, gp, stream, capture_id, &rec));
+        if (rec->gp != gp) {
+            vpmm_i_set_error("vpmm_graph_pool_malloc: stream %p is part of capture %llu, served "
+                             "by graph pool g%u, not g%u",
+                             (void *)stream.handle, (unsigned long long)capture_id, rec->gp->id,
+                             gp->id);
+            return VPMM_ERROR_WRONG_POOL;
+        }
+    }
+    return vpmm_i_arena_malloc(p, gp->arena, stream, size, out_ptr);
+}
+
+vpmm_status_t vpmm_graph_pool_malloc(vpmm_graph_pool_t *gp, size_t size, vpmm_stream_t stream,
+                                     void **out_ptr)
+{
+    if (out_ptr != NULL)
+        *out_ptr = NULL;
+    VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_graph_pool_malloc"));
+    return vpmm_i_malloc_into(gp->pool, gp, "vpmm_graph_pool_malloc", size, stream, out_ptr);
 }
 
 vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id)
@@ -387,7 +417,7 @@ vpmm_status_t vpmm_capture_graph_pool(vpmm_pool_t *pool, vpmm_stream_t stream,
     st = g ? capture_of(pool, key.handle, "vpmm_capture_graph_pool", &id)
            : VPMM_ERROR_HOST_OUT_OF_MEMORY;
     if (st == VPMM_SUCCESS)
-        st = record_for(pool, g, key, id, &rec);
+        st = record_for(pool, g, NULL, key, id, &rec);
     if (st == VPMM_SUCCESS) {
         rec->gp->handles++;
         *out = rec->gp;

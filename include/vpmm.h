@@ -383,6 +383,18 @@ vpmm_status_t vpmm_pool_last_driver_error(const vpmm_pool_t *pool, int *out_code
 /* Creates an empty graph pool of pool (no memory until a capture allocates). Threads: any. */
 vpmm_status_t vpmm_graph_pool_create(vpmm_pool_t *pool, vpmm_graph_pool_t **out_graph_pool);
 
+/*
+ * Allocates size bytes from graph_pool rather than from the shared pool, for use on stream —
+ * also outside any capture: PyTorch allocates into a private pool during warm-up runs and under
+ * torch.cuda.MemPool. The memory is the graph pool's (its pages never move while a graph uses
+ * it; freed, it returns to the graph pool). When stream is part of a capture, that capture must
+ * be graph_pool's (a capture vpmm has not seen yet is registered with graph_pool, as by
+ * vpmm_capture_register); another graph pool's gets VPMM_ERROR_WRONG_POOL. Statuses otherwise
+ * as vpmm_malloc's (INVALID_ARGUMENT for a NULL graph_pool). Threads: any.
+ */
+vpmm_status_t vpmm_graph_pool_malloc(vpmm_graph_pool_t *graph_pool, size_t size,
+                                     vpmm_stream_t stream, void **out_ptr);
+
 /* Adds a handle reference (each vpmm_graph_pool_retain needs its vpmm_graph_pool_release).
  * Threads: any (takes the lock of the graph pool's pool). */
 vpmm_status_t vpmm_graph_pool_retain(vpmm_graph_pool_t *graph_pool);

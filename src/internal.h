@@ -185,12 +185,22 @@ static inline void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
 }
 #endif
 
+/* vpmm_malloc's work (validation, capture query, trace line, out-of-memory report), from graph
+ * pool gp when it is not NULL (vpmm_graph_pool_malloc; served by vpmm_g_malloc_into). */
+vpmm_status_t vpmm_i_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, const char *fn, size_t size,
+                                 vpmm_stream_t stream, void **out_ptr);
+
 /* ---- hooks: the core calls graph/ -------------------------------------------------------- */
 
 /* vpmm_malloc on a stream that is being captured (capture_id): serve it from the capture's
  * graph pool. Under the pool lock. */
 vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
                             size_t size, void **out_ptr);
+/* vpmm_graph_pool_malloc: serve the allocation from gp; when stream is part of a capture
+ * (capturing, capture_id), that capture must be gp's (registered with gp now if vpmm has not
+ * seen it yet), else VPMM_ERROR_WRONG_POOL. Under the pool lock. */
+vpmm_status_t vpmm_g_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_stream_key_t stream,
+                                 int capturing, uint64_t capture_id, size_t size, void **out_ptr);
 /* The arena capture_id allocates from, or NULL (a free during a capture asks). */
 vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id);
 /* Returns the pages of graph pools whose last graph and handle are gone, and notices captures

@@ -368,7 +368,13 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     return st;
 }
 
-vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
+/*
+ * vpmm_malloc, and vpmm_graph_pool_malloc (gp set: the allocation comes from that graph pool,
+ * graph/ checks it against a capture the stream is part of). fn names the public call in
+ * messages.
+ */
+vpmm_status_t vpmm_i_malloc_into(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, const char *fn,
+                                 size_t size, vpmm_stream_t stream, void **out_ptr)
 {
     vpmm_capture_status_t cap;
     vpmm_precreated_t pre = { NULL, 0, 0, 0 };
@@ -381,19 +387,19 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     size_t rsize;
 
     if (out_ptr == NULL || pool == NULL) {
-        vpmm_i_set_error("vpmm_malloc: %s is NULL", pool == NULL ? "pool" : "out_ptr");
+        vpmm_i_set_error("%s: %s is NULL", fn, pool == NULL ? "pool" : "out_ptr");
         if (out_ptr != NULL)
             *out_ptr = NULL;
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     *out_ptr = NULL;
     if (size == 0) {
-        vpmm_i_set_error("vpmm_malloc: size is 0");
+        vpmm_i_set_error("%s: size is 0", fn);
         return VPMM_ERROR_INVALID_SIZE;
     }
     rsize = vpmm_round_up_checked(size, VPMM_ALIGNMENT);
     if (rsize == 0 || rsize > pool->opt.va_size) {
-        vpmm_i_set_error("vpmm_malloc: %zu bytes exceed the VA chunk size (%zu)", size,
+        vpmm_i_set_error("%s: %zu bytes exceed the VA chunk size (%zu)", fn, size,
                          pool->opt.va_size);
         return VPMM_ERROR_SIZE_TOO_LARGE;
     }
@@ -410,18 +416,23 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
         dres = pool->drv->capture_info(pool->drv, key.handle, &cap, &capture_id, NULL);
     vpmm_i_lock(pool);
     st = vpmm_i_drv_status(pool, dres);
-    if (VPMM_UNLIKELY(st == VPMM_SUCCESS && cap != VPMM_CAPTURE_NONE)) {
+    if (st != VPMM_SUCCESS)
+        goto out;
+    if (VPMM_UNLIKELY(gp != NULL)) {
+        /* A graph pool named by the caller (graph/ checks it against a capture). */
+        st = vpmm_g_malloc_into(pool, gp, key, cap != VPMM_CAPTURE_NONE, capture_id, size, out_ptr);
+        goto out;
+    }
+    if (VPMM_UNLIKELY(cap != VPMM_CAPTURE_NONE)) {
         /* A capture: its graph pool serves it (graph/), never the shared pool. */
         st = vpmm_g_malloc(pool, key, capture_id, size, out_ptr);
         goto out;
     }
-    if (st != VPMM_SUCCESS)
-        goto out;
     s = vpmm_i_stream_get(pool, key);
     if (s == NULL ||
         (VPMM_UNLIKELY(pool->spare_count < 4) && vpmm_i_region_reserve(pool, 4) != VPMM_SUCCESS) ||
         vpmm_hmap_reserve(&pool->allocs, 1) != 0) {
-        vpmm_i_set_error("vpmm_malloc: out of host memory for bookkeeping");
+        vpmm_i_set_error("%s: out of host memory for bookkeeping", fn);
         st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
         goto out;
     }
@@ -454,6 +465,11 @@ out:
     if (VPMM_UNLIKELY(pre.h != NULL))
         vpmm_i_precreated_discard(pool->drv, &pre); /* the handles the final plan did not use */
     return st;
+}
+
+vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
+{
+    return vpmm_i_malloc_into(pool, NULL, "vpmm_malloc", size, stream, out_ptr);
 }
 
 vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn)

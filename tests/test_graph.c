@@ -695,6 +695,70 @@ static void test_repeated_captures_keep_address_space(void **state)
     tpool_close(&t);
 }
 
+/*
+ * vpmm_graph_pool_malloc: a graph pool's memory outside any capture (PyTorch's warm-up runs,
+ * torch.cuda.MemPool); during a capture only its own capture's graph pool, and a capture vpmm has
+ * not seen yet is registered with it. Frees return to the graph pool; the shared pool is untouched.
+ */
+static void test_graph_pool_malloc(void **state)
+{
+    tpool_t t;
+    vpmm_graph_pool_t *gp, *other;
+    vpmm_stream_t s, c;
+    vpmm_graph_t g;
+    uint64_t id;
+    void *a, *b, *x = (void *)1;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    c = vpmm_host_stream_create(t.host);
+    gp = tgp(&t);
+    other = tgp(&t);
+    assert_int_equal(vpmm_graph_pool_malloc(gp, 3000, s, &a), VPMM_SUCCESS);
+    CHECK_POOL(t.pool);
+    assert_int_equal(owner(t.pool, a), gstats(gp).id);
+    assert_int_equal(gstats(gp).live_allocs, 1);
+    assert_int_equal(tstats(t.pool).private_live_bytes, 3000);
+    tfree(t.pool, a);
+    assert_int_equal(gstats(gp).live_allocs, 0);
+    /* The same page serves the next one, on this stream at once (stream order). */
+    assert_int_equal(vpmm_graph_pool_malloc(gp, 2000, s, &b), VPMM_SUCCESS);
+    assert_ptr_equal(b, a);
+    tfree(t.pool, b);
+
+    /* A capture begun outside vpmm, not seen yet: registered with gp by its first allocation. */
+    assert_int_equal(vpmm_host_begin_capture(t.host, c, &id), VPMM_DRV_OK);
+    assert_int_equal(vpmm_graph_pool_malloc(gp, 4096, c, &a), VPMM_SUCCESS);
+    assert_int_equal(owner(t.pool, a), gstats(gp).id);
+    assert_int_equal(gstats(gp).captures, 1);
+    b = tmalloc(t.pool, 4096, c); /* the capture's ordinary mallocs follow */
+    assert_int_equal(owner(t.pool, b), gstats(gp).id);
+    /* Another graph pool for a stream of that capture: refused, nothing changed. */
+    {
+        tsnap_t before = tsnap(t.pool), after;
+        assert_int_equal(vpmm_graph_pool_malloc(other, 4096, c, &x), VPMM_ERROR_WRONG_POOL);
+        assert_null(x);
+        assert_non_null(strstr(vpmm_last_error(), "served by graph pool"));
+        after = tsnap(t.pool);
+        assert_snap_equal(&before, &after);
+    }
+    tfree(t.pool, a);
+    tfree(t.pool, b);
+    g = end(&t, c);
+    graph_destroy(&t, g);
+
+    /* Bad input: vpmm_malloc's statuses. */
+    assert_int_equal(vpmm_graph_pool_malloc(NULL, 10, s, &x), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_null(x);
+    assert_int_equal(vpmm_graph_pool_malloc(gp, 10, s, NULL), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_graph_pool_malloc(gp, 0, s, &x), VPMM_ERROR_INVALID_SIZE);
+    assert_non_null(strstr(vpmm_last_error(), "vpmm_graph_pool_malloc: size is 0"));
+    assert_int_equal(vpmm_graph_pool_malloc(gp, SIZE_MAX, s, &x), VPMM_ERROR_SIZE_TOO_LARGE);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(other), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -714,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_capture_oom_under_cap_is_reported),
         cmocka_unit_test(test_capture_uses_cached_pages_under_cap),
         cmocka_unit_test(test_repeated_captures_keep_address_space),
+        cmocka_unit_test(test_graph_pool_malloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
