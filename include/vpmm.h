@@ -326,6 +326,15 @@ vpmm_status_t vpmm_reset_peak_stats(vpmm_pool_t *pool);
  * quick: every other thread's calls on the pool wait for the walk. */
 vpmm_status_t vpmm_pool_walk(const vpmm_pool_t *pool, vpmm_region_visitor_t visit, void *user);
 
+/*
+ * The region holding ptr (any address inside the pool): for an allocation, its start, rounded
+ * size, requested size, stream and graph pool (the `pool` field; 0 = shared). O(1) for an
+ * allocation's start, O(regions of its chunk) otherwise. VPMM_ERROR_FOREIGN_POINTER for an
+ * address outside the pool. Threads: any.
+ */
+vpmm_status_t vpmm_pointer_info(const vpmm_pool_t *pool, const void *ptr,
+                                vpmm_region_info_t *out_info);
+
 /* Writes a human-readable table of every region in address order, then a stats summary.
  * Threads: any (holds the lock while writing: point it at a memory stream for a big pool). */
 vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out);

@@ -92,6 +92,30 @@ void vpmm_i_region_info(const vpmm_region_t *r, vpmm_region_info_t *out)
     };
 }
 
+vpmm_status_t vpmm_pointer_info(const vpmm_pool_t *pool, const void *ptr,
+                                vpmm_region_info_t *out_info)
+{
+    vpmm_region_t *r;
+    vpmm_status_t st = VPMM_SUCCESS;
+    if (pool == NULL || out_info == NULL) {
+        vpmm_i_set_error("vpmm_pointer_info: %s is NULL", pool == NULL ? "pool" : "out_info");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    /* An allocation's start: one probe; anywhere else: the region holding it. */
+    r = vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr);
+    if (r == NULL)
+        r = vpmm_i_region_find(pool, (uintptr_t)ptr);
+    if (r == NULL) {
+        vpmm_i_set_error("vpmm_pointer_info: %p is not inside this pool", ptr);
+        st = VPMM_ERROR_FOREIGN_POINTER;
+    } else {
+        vpmm_i_region_info(r, out_info);
+    }
+    vpmm_i_unlock(pool);
+    return st;
+}
+
 vpmm_status_t vpmm_pool_walk(const vpmm_pool_t *pool, vpmm_region_visitor_t visit, void *user)
 {
     if (pool == NULL || visit == NULL) {

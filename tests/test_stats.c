@@ -197,6 +197,43 @@ static void test_backend_and_driver_error(void **state)
     tpool_close(&t);
 }
 
+/* vpmm_pointer_info: an allocation by its start or any address inside it; free memory and holes
+ * by any address in them; an address outside the pool refused. */
+static void test_pointer_info(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_region_info_t info;
+    vpmm_graph_pool_t *gp;
+    void *a, *b;
+    (void)state;
+    tpool_open(&t, NULL);
+    s = vpmm_host_stream_create(t.host);
+    a = tmalloc(t.pool, 1000, s);
+    assert_int_equal(vpmm_pointer_info(t.pool, a, &info), VPMM_SUCCESS);
+    assert_int_equal(info.addr, (uintptr_t)a);
+    assert_int_equal(info.state, VPMM_REGION_ALLOCATED);
+    assert_int_equal(info.size, 1024);
+    assert_int_equal(info.requested, 1000);
+    assert_ptr_equal(info.stream, s);
+    assert_int_equal(info.pool, 0);
+    assert_int_equal(vpmm_pointer_info(t.pool, (char *)a + 999, &info), VPMM_SUCCESS);
+    assert_int_equal(info.addr, (uintptr_t)a); /* interior: the allocation holding it */
+    assert_int_equal(vpmm_pointer_info(t.pool, (char *)a + 4096, &info), VPMM_SUCCESS);
+    assert_int_equal(info.state, VPMM_REGION_FREE);
+    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_malloc(gp, 64, s, &b), VPMM_SUCCESS);
+    assert_int_equal(vpmm_pointer_info(t.pool, b, &info), VPMM_SUCCESS);
+    assert_true(info.pool != 0);
+    assert_int_equal(vpmm_pointer_info(t.pool, (void *)0x1000, &info), VPMM_ERROR_FOREIGN_POINTER);
+    assert_int_equal(vpmm_pointer_info(NULL, a, &info), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_pointer_info(t.pool, a, NULL), VPMM_ERROR_INVALID_ARGUMENT);
+    tfree(t.pool, b);
+    tfree(t.pool, a);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -206,6 +243,7 @@ int main(void)
         cmocka_unit_test(test_dump),
         cmocka_unit_test(test_graph_pool_ownership),
         cmocka_unit_test(test_backend_and_driver_error),
+        cmocka_unit_test(test_pointer_info),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
