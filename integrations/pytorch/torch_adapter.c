@@ -1,0 +1,638 @@
+/*
+ * torch_adapter.c — vpmm as PyTorch's CUDAAllocator, the C half (contracts in torch_adapter.h).
+ *
+ * Statistics (vta_stats_t, PyTorch's DeviceStats). Kept here for what passes through this file,
+ * read from vpmm for what only the pool knows:
+ *   allocation, allocated_bytes, requested_bytes   each malloc / free: the count, the size vpmm
+ *                                                  hands out (rounded to VPMM_ALIGNMENT), the
+ *                                                  size asked for; small (<= 1 MiB) or large
+ *   active, active_bytes                           the same (a block freed while another stream
+ *                                                  uses it is vpmm's deferred free: not counted)
+ *   reserved_bytes                                 vpmm's mapped bytes (all "large": vpmm has one
+ *                                                  page size); allocated / freed: pages created /
+ *                                                  released since the last accumulated reset
+ *   segment                                        vpmm's physical handles
+ *   inactive_split, inactive_split_bytes           vpmm's free regions and free bytes, at the call
+ *   num_ooms                                       out-of-memory failures of vta_malloc
+ *   num_device_alloc / num_device_free             handles created / released
+ *   num_alloc_retries, num_sync_all_streams        0: vpmm never retries a malloc nor synchronises
+ *   max_split_size                                 -1 (PyTorch's "unset"); oversize_*: 0
+ * Peaks: the ones kept here follow each change; the pool's come from vpmm (peak_mapped_bytes) or
+ * from the highest value seen by vta_get_stats.
+ *
+ * Mempool ids. PyTorch never reuses an id, so an entry lives from its first reference to its last
+ * and is then forgotten; its graph pool's handle goes with it (vpmm returns the pages once the
+ * graphs are gone; allocations still live become shared ones, valid as before).
+ *
+ * Segments of a snapshot are runs of mapped regions (allocations and free memory) of one VA chunk
+ * and one pool, cut by holes and zombies; blocks are the regions, so they tile each segment.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "torch_adapter.h"
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+static int id_eq(vta_pool_id_t a, vta_pool_id_t b)
+{
+    return a.first == b.first && a.second == b.second;
+}
+
+static int id_default(vta_pool_id_t a)
+{
+    return a.first == 0 && a.second == 0;
+}
+
+static void stat_increase(vta_stat_t *s, int64_t n)
+{
+    s->current += n;
+    s->allocated += n;
+    if (s->current > s->peak)
+        s->peak = s->current;
+}
+
+static void stat_decrease(vta_stat_t *s, int64_t n)
+{
+    s->current -= n;
+    s->freed += n;
+}
+
+/* A stat whose current value vpmm gives: the peak follows what was seen. */
+static void stat_observe(vta_stat_t *s, int64_t current)
+{
+    s->current = current;
+    if (current > s->peak)
+        s->peak = current;
+}
+
+static size_t rounded(size_t size)
+{
+    return (size + VPMM_ALIGNMENT - 1) / VPMM_ALIGNMENT * VPMM_ALIGNMENT;
+}
+
+/* Counts one allocation of `size` (asked) coming (sign +1) or going (-1). Under d->lock. */
+static void count_alloc(vta_device_t *d, size_t size, int sign)
+{
+    const size_t r = rounded(size);
+    const int types[2] = { VTA_ALL, r <= VTA_SMALL_SIZE ? VTA_SMALL : VTA_LARGE };
+    vta_stats_t *s = &d->stats;
+    for (int i = 0; i < 2; i++) {
+        void (*f)(vta_stat_t *, int64_t) = sign > 0 ? stat_increase : stat_decrease;
+        f(&s->allocation[types[i]], 1);
+        f(&s->active[types[i]], 1);
+        f(&s->allocated_bytes[types[i]], (int64_t)r);
+        f(&s->active_bytes[types[i]], (int64_t)r);
+        f(&s->requested_bytes[types[i]], (int64_t)size);
+    }
+}
+
+static vta_pool_entry_t *entry_of(vta_device_t *d, vta_pool_id_t id)
+{
+    for (size_t i = 0; i < d->npools; i++)
+        if (id_eq(d->pools[i].id, id))
+            return &d->pools[i];
+    return NULL;
+}
+
+static unsigned gp_id(const vpmm_graph_pool_t *gp)
+{
+    vpmm_graph_pool_stats_t s;
+    return vpmm_graph_pool_stats(gp, &s) == VPMM_SUCCESS ? s.id : 0;
+}
+
+/* ---- device -------------------------------------------------------------------------------- */
+
+int vta_device_init(vta_device_t *d, vpmm_pool_t *pool, int device)
+{
+    vpmm_stats_t s;
+    memset(d, 0, sizeof *d);
+    if (pthread_mutex_init(&d->lock, NULL) != 0)
+        return -1;
+    d->pool = pool;
+    d->device = device;
+    d->stats.max_split_size = -1;
+    if (vpmm_get_stats(pool, &s) == VPMM_SUCCESS) {
+        d->base_created = s.pages_created;
+        d->base_released = s.pages_released;
+    }
+    return 0;
+}
+
+void vta_device_fini(vta_device_t *d)
+{
+    for (size_t i = 0; i < d->npools; i++)
+        (void)vpmm_graph_pool_release(d->pools[i].gp);
+    free(d->pools);
+    pthread_mutex_destroy(&d->lock);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---- allocation ---------------------------------------------------------------------------- */
+
+vpmm_status_t vta_malloc(vta_device_t *d, size_t size, vpmm_stream_t stream, vta_pool_id_t id,
+                         void **out)
+{
+    vpmm_graph_pool_t *gp = NULL;
+    vpmm_status_t st;
+
+    *out = NULL;
+    if (!id_default(id)) {
+        pthread_mutex_lock(&d->lock);
+        gp = vta_pool_graph_pool(d, id);
+        pthread_mutex_unlock(&d->lock);
+        if (gp == NULL)
+            return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    /* Not under d->lock: a growth may take a while, and other threads allocate meanwhile. */
+    st = gp ? vpmm_graph_pool_malloc(gp, size, stream, out)
+            : vpmm_malloc(d->pool, size, stream, out);
+    pthread_mutex_lock(&d->lock);
+    if (st == VPMM_SUCCESS)
+        count_alloc(d, size, +1);
+    else if (st == VPMM_ERROR_OUT_OF_MEMORY)
+        d->stats.num_ooms++;
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+vpmm_status_t vta_free(vta_device_t *d, void *ptr)
+{
+    vpmm_region_info_t info;
+    vpmm_status_t st;
+    if (ptr == NULL)
+        return VPMM_SUCCESS;
+    st = vpmm_pointer_info(d->pool, ptr, &info);
+    if (st != VPMM_SUCCESS)
+        return st;
+    if (info.state != VPMM_REGION_ALLOCATED || info.addr != (uintptr_t)ptr)
+        return vpmm_free(d->pool, ptr); /* vpmm's status and message for a bad pointer */
+    st = vpmm_free(d->pool, ptr);
+    if (st == VPMM_SUCCESS) {
+        pthread_mutex_lock(&d->lock);
+        count_alloc(d, info.requested, -1);
+        pthread_mutex_unlock(&d->lock);
+    }
+    return st;
+}
+
+vpmm_status_t vta_record_stream(vta_device_t *d, void *ptr, vpmm_stream_t stream)
+{
+    vpmm_status_t st = vpmm_record_stream(d->pool, ptr, stream);
+    return st == VPMM_ERROR_FOREIGN_POINTER ? VPMM_SUCCESS : st; /* another allocator's */
+}
+
+const char *vta_oom_message(vta_device_t *d, size_t size, char *buf, size_t len)
+{
+    char report[1536] = "";
+    size_t n;
+    (void)vpmm_pool_oom_report(d->pool, report, sizeof report);
+    n = (size_t)snprintf(buf, len, "CUDA out of memory. Tried to allocate %zu bytes on device %d. ",
+                         size, d->device);
+    if (n < len)
+        snprintf(buf + n, len - n, "vpmm: %s", report[0] ? report : vpmm_last_error());
+    return buf;
+}
+
+/* ---- mempool ids ---------------------------------------------------------------------------- */
+
+vpmm_status_t vta_pool_incref(vta_device_t *d, vta_pool_id_t id)
+{
+    vta_pool_entry_t *e;
+    vpmm_status_t st = VPMM_SUCCESS;
+    if (id_default(id))
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->lock);
+    e = entry_of(d, id);
+    if (e != NULL) {
+        e->use_count++;
+    } else if (d->npools == d->cap &&
+               (e = realloc(d->pools, (d->cap ? d->cap * 2 : 8) * sizeof *e)) == NULL) {
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    } else {
+        vpmm_graph_pool_t *gp;
+        if (d->npools == d->cap) {
+            d->pools = e;
+            d->cap = d->cap ? d->cap * 2 : 8;
+        }
+        st = vpmm_graph_pool_create(d->pool, &gp);
+        if (st == VPMM_SUCCESS)
+            d->pools[d->npools++] = (vta_pool_entry_t){ id, gp, 1 };
+    }
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+vpmm_status_t vta_pool_decref(vta_device_t *d, vta_pool_id_t id)
+{
+    vta_pool_entry_t *e;
+    vpmm_graph_pool_t *gp = NULL;
+    pthread_mutex_lock(&d->lock);
+    e = entry_of(d, id);
+    if (e == NULL) {
+        pthread_mutex_unlock(&d->lock);
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (--e->use_count == 0) {
+        gp = e->gp;
+        *e = d->pools[--d->npools];
+    }
+    pthread_mutex_unlock(&d->lock);
+    return gp ? vpmm_graph_pool_release(gp) : VPMM_SUCCESS;
+}
+
+int64_t vta_pool_use_count(vta_device_t *d, vta_pool_id_t id)
+{
+    vta_pool_entry_t *e;
+    int64_t n;
+    pthread_mutex_lock(&d->lock);
+    e = entry_of(d, id);
+    n = e ? e->use_count : 0;
+    pthread_mutex_unlock(&d->lock);
+    return n;
+}
+
+/* Under d->lock. */
+vpmm_graph_pool_t *vta_pool_graph_pool(vta_device_t *d, vta_pool_id_t id)
+{
+    vta_pool_entry_t *e = entry_of(d, id);
+    return e ? e->gp : NULL;
+}
+
+/* Under d->lock. */
+vta_pool_id_t vta_pool_of_graph_pool(vta_device_t *d, unsigned gp)
+{
+    for (size_t i = 0; gp != 0 && i < d->npools; i++)
+        if (gp_id(d->pools[i].gp) == gp)
+            return d->pools[i].id;
+    return (vta_pool_id_t){ 0, 0 };
+}
+
+/* ---- live allocations of a graph pool (a walk) ----------------------------------------------- */
+
+typedef struct live_walk {
+    unsigned gp;
+    uintptr_t *addr;
+    size_t *requested;
+    size_t n, cap;
+    int oom;
+} live_walk_t;
+
+static int live_visit(const vpmm_region_info_t *r, void *user)
+{
+    live_walk_t *w = user;
+    if (r->state != VPMM_REGION_ALLOCATED || r->pool != w->gp)
+        return 0;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        uintptr_t *a = realloc(w->addr, cap * sizeof *a);
+        size_t *q = a ? realloc(w->requested, cap * sizeof *q) : NULL;
+        if (a != NULL)
+            w->addr = a;
+        if (q == NULL) {
+            w->oom = 1;
+            return 1;
+        }
+        w->requested = q;
+        w->cap = cap;
+    }
+    w->addr[w->n] = r->addr;
+    w->requested[w->n++] = r->requested;
+    return 0;
+}
+
+static vpmm_status_t live_of(vta_device_t *d, unsigned gp, live_walk_t *w)
+{
+    vpmm_status_t st;
+    memset(w, 0, sizeof *w);
+    w->gp = gp;
+    st = vpmm_pool_walk(d->pool, live_visit, w);
+    if (st != VPMM_SUCCESS || w->oom) {
+        free(w->addr);
+        free(w->requested);
+        memset(w, 0, sizeof *w);
+        return st != VPMM_SUCCESS ? st : VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    return VPMM_SUCCESS;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return (x > y) - (x < y);
+}
+
+int vta_pool_live_matches(vta_device_t *d, vta_pool_id_t id, void *const *ptrs, size_t n)
+{
+    live_walk_t w;
+    uintptr_t *want;
+    int same;
+    pthread_mutex_lock(&d->lock);
+    if (vta_pool_graph_pool(d, id) == NULL) {
+        pthread_mutex_unlock(&d->lock);
+        return -1;
+    }
+    if (live_of(d, gp_id(vta_pool_graph_pool(d, id)), &w) != VPMM_SUCCESS) {
+        pthread_mutex_unlock(&d->lock);
+        return 0;
+    }
+    pthread_mutex_unlock(&d->lock);
+    want = malloc((n ? n : 1) * sizeof *want);
+    same = want != NULL && w.n == n;
+    if (same) {
+        for (size_t i = 0; i < n; i++)
+            want[i] = (uintptr_t)ptrs[i];
+        qsort(want, n, sizeof *want, cmp_ptr);
+        qsort(w.addr, w.n, sizeof *w.addr, cmp_ptr);
+        same = memcmp(want, w.addr, n * sizeof *want) == 0;
+    }
+    free(want);
+    free(w.addr);
+    free(w.requested);
+    return same;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------------- */
+
+vpmm_status_t vta_checkpoint_take(vta_device_t *d, vta_pool_id_t id, vpmm_checkpoint_t **out)
+{
+    vpmm_graph_pool_t *gp;
+    vpmm_status_t st;
+    *out = NULL;
+    pthread_mutex_lock(&d->lock);
+    gp = vta_pool_graph_pool(d, id);
+    st = gp ? vpmm_checkpoint_take(gp, out) : VPMM_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+vpmm_status_t vta_checkpoint_apply(vta_device_t *d, const vpmm_checkpoint_t *ck, void ***freed,
+                                   size_t *n_freed, void ***allocd, size_t *n_allocd)
+{
+    vpmm_checkpoint_info_t info;
+    vpmm_checkpoint_alloc_t *ca = NULL;
+    vpmm_graph_pool_t *gp = NULL;
+    live_walk_t w = { 0 };
+    void **f = NULL, **a = NULL;
+    size_t na = 0;
+    vpmm_status_t st;
+
+    *freed = *allocd = NULL;
+    *n_freed = *n_allocd = 0;
+    st = vpmm_checkpoint_info(ck, &info);
+    if (st != VPMM_SUCCESS)
+        return st;
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < d->npools && gp == NULL; i++)
+        if (gp_id(d->pools[i].gp) == info.graph_pool)
+            gp = d->pools[i].gp;
+    st = gp ? live_of(d, info.graph_pool, &w) : VPMM_ERROR_INVALID_ARGUMENT;
+    if (st == VPMM_SUCCESS) {
+        na = vpmm_checkpoint_allocs(ck, NULL, 0);
+        ca = malloc((na ? na : 1) * sizeof *ca);
+        f = malloc((w.n ? w.n : 1) * sizeof *f);
+        a = malloc((na ? na : 1) * sizeof *a);
+        if (ca == NULL || f == NULL || a == NULL)
+            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    if (st == VPMM_SUCCESS)
+        st = vpmm_checkpoint_reapply(gp, ck, NULL, 0);
+    if (st == VPMM_SUCCESS) {
+        vpmm_checkpoint_allocs(ck, ca, na);
+        for (size_t i = 0; i < w.n; i++) {
+            f[i] = (void *)w.addr[i];
+            count_alloc(d, w.requested[i], -1);
+        }
+        for (size_t i = 0; i < na; i++) {
+            a[i] = ca[i].ptr;
+            count_alloc(d, ca[i].size, +1);
+        }
+        *freed = f;
+        *n_freed = w.n;
+        *allocd = a;
+        *n_allocd = na;
+        f = a = NULL;
+    }
+    pthread_mutex_unlock(&d->lock);
+    free(ca);
+    free(f);
+    free(a);
+    free(w.addr);
+    free(w.requested);
+    return st;
+}
+
+/* ---- statistics, cache ----------------------------------------------------------------------- */
+
+typedef struct free_walk {
+    int64_t n[VTA_NTYPES], bytes[VTA_NTYPES];
+} free_walk_t;
+
+static int free_visit(const vpmm_region_info_t *r, void *user)
+{
+    free_walk_t *w = user;
+    if (r->state == VPMM_REGION_FREE) {
+        const int t = r->size <= VTA_SMALL_SIZE ? VTA_SMALL : VTA_LARGE;
+        w->n[VTA_ALL]++;
+        w->n[t]++;
+        w->bytes[VTA_ALL] += (int64_t)r->size;
+        w->bytes[t] += (int64_t)r->size;
+    }
+    return 0;
+}
+
+void vta_get_stats(vta_device_t *d, vta_stats_t *out)
+{
+    vpmm_stats_t s;
+    free_walk_t fw;
+    memset(&fw, 0, sizeof fw);
+    if (vpmm_get_stats(d->pool, &s) != VPMM_SUCCESS)
+        memset(&s, 0, sizeof s);
+    (void)vpmm_pool_walk(d->pool, free_visit, &fw);
+    pthread_mutex_lock(&d->lock);
+    for (int t = VTA_ALL; t <= VTA_LARGE; t += VTA_LARGE) { /* all and large: one page size */
+        vta_stat_t *r = &d->stats.reserved_bytes[t];
+        r->current = (int64_t)s.mapped_bytes;
+        r->peak = (int64_t)s.peak_mapped_bytes > r->peak ? (int64_t)s.peak_mapped_bytes : r->peak;
+        r->allocated = (int64_t)((s.pages_created - d->base_created) * s.page_size);
+        r->freed = (int64_t)((s.pages_released - d->base_released) * s.page_size);
+        stat_observe(&d->stats.segment[t], (int64_t)s.handles);
+    }
+    for (int t = 0; t < VTA_NTYPES; t++) {
+        stat_observe(&d->stats.inactive_split[t], fw.n[t]);
+        stat_observe(&d->stats.inactive_split_bytes[t], fw.bytes[t]);
+    }
+    d->stats.num_device_alloc = (int64_t)s.handles_created;
+    d->stats.num_device_free = (int64_t)(s.handles_created - s.handles);
+    *out = d->stats;
+    pthread_mutex_unlock(&d->lock);
+}
+
+void vta_reset_peak(vta_device_t *d)
+{
+    vta_stat_t *arrays[] = { d->stats.allocation,      d->stats.segment,
+                             d->stats.active,          d->stats.inactive_split,
+                             d->stats.allocated_bytes, d->stats.reserved_bytes,
+                             d->stats.active_bytes,    d->stats.inactive_split_bytes,
+                             d->stats.requested_bytes };
+    (void)vpmm_reset_peak_stats(d->pool);
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        for (int t = 0; t < VTA_NTYPES; t++)
+            arrays[i][t].peak = arrays[i][t].current;
+    pthread_mutex_unlock(&d->lock);
+}
+
+void vta_reset_accumulated(vta_device_t *d)
+{
+    vta_stat_t *arrays[] = { d->stats.allocation,      d->stats.segment,
+                             d->stats.active,          d->stats.inactive_split,
+                             d->stats.allocated_bytes, d->stats.reserved_bytes,
+                             d->stats.active_bytes,    d->stats.inactive_split_bytes,
+                             d->stats.requested_bytes };
+    vpmm_stats_t s;
+    int have = vpmm_get_stats(d->pool, &s) == VPMM_SUCCESS;
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        for (int t = 0; t < VTA_NTYPES; t++)
+            arrays[i][t].allocated = arrays[i][t].freed = 0;
+    d->stats.num_alloc_retries = d->stats.num_ooms = 0;
+    d->stats.num_sync_all_streams = 0;
+    if (have) {
+        d->base_created = s.pages_created;
+        d->base_released = s.pages_released;
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
+size_t vta_empty_cache(vta_device_t *d)
+{
+    size_t released = 0;
+    (void)vpmm_trim(d->pool, 0, &released);
+    return released;
+}
+
+size_t vta_largest_free(vta_device_t *d)
+{
+    vpmm_stats_t s;
+    return vpmm_get_stats(d->pool, &s) == VPMM_SUCCESS ? s.largest_free_bytes : 0;
+}
+
+/* ---- snapshot ----------------------------------------------------------------------------- */
+
+/* vpmm graph pool id -> mempool id, made before a walk (whose visitor runs under the pool's
+ * lock and must not call vpmm). */
+typedef struct id_map {
+    unsigned gp;
+    vta_pool_id_t id;
+} id_map_t;
+
+typedef struct snap_walk {
+    id_map_t *map;
+    size_t nmap;
+    unsigned only; /* a graph pool id, or 0 */
+    int all;       /* every segment */
+    vta_segment_t *segs;
+    size_t n, cap;
+    unsigned last_chunk, last_pool;
+    uintptr_t last_end; /* where the open segment ends; 0: none open */
+    int oom;
+} snap_walk_t;
+
+static int snap_visit(const vpmm_region_info_t *r, void *user)
+{
+    snap_walk_t *w = user;
+    vta_segment_t *g;
+    int mapped = r->state == VPMM_REGION_ALLOCATED || r->state == VPMM_REGION_FREE;
+    if (!mapped || (!w->all && r->pool != w->only)) {
+        w->last_end = 0;
+        return 0;
+    }
+    if (w->last_end != r->addr || w->last_chunk != r->chunk || w->last_pool != r->pool) {
+        if (w->n == w->cap) { /* a new segment */
+            size_t cap = w->cap ? w->cap * 2 : 16;
+            vta_segment_t *s = realloc(w->segs, cap * sizeof *s);
+            if (s == NULL) {
+                w->oom = 1;
+                return 1;
+            }
+            w->segs = s;
+            w->cap = cap;
+        }
+        g = &w->segs[w->n++];
+        memset(g, 0, sizeof *g);
+        g->address = r->addr;
+        for (size_t i = 0; i < w->nmap; i++)
+            if (w->map[i].gp == r->pool)
+                g->pool = w->map[i].id;
+    }
+    g = &w->segs[w->n - 1];
+    {
+        vta_block_t *b = realloc(g->blocks, (g->nblocks + 1) * sizeof *b);
+        if (b == NULL) {
+            w->oom = 1;
+            return 1;
+        }
+        g->blocks = b;
+        b[g->nblocks++] =
+            (vta_block_t){ r->addr, r->size, r->requested, r->state == VPMM_REGION_ALLOCATED };
+    }
+    g->total_size += r->size;
+    if (r->state == VPMM_REGION_ALLOCATED) {
+        g->allocated_size += r->size;
+        g->requested_size += r->requested;
+        if (g->stream == NULL)
+            g->stream = r->stream;
+    }
+    w->last_end = r->addr + r->size;
+    w->last_chunk = r->chunk;
+    w->last_pool = r->pool;
+    return 0;
+}
+
+vpmm_status_t vta_snapshot(vta_device_t *d, vta_pool_id_t id, int all, vta_segment_t **out,
+                           size_t *n)
+{
+    snap_walk_t w;
+    vpmm_status_t st;
+    memset(&w, 0, sizeof w);
+    *out = NULL;
+    *n = 0;
+    w.all = all;
+    pthread_mutex_lock(&d->lock);
+    w.map = malloc((d->npools ? d->npools : 1) * sizeof *w.map);
+    if (w.map == NULL) {
+        pthread_mutex_unlock(&d->lock);
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < d->npools; i++)
+        w.map[w.nmap++] = (id_map_t){ gp_id(d->pools[i].gp), d->pools[i].id };
+    if (!all && !id_default(id)) {
+        vpmm_graph_pool_t *gp = vta_pool_graph_pool(d, id);
+        if (gp == NULL) {
+            pthread_mutex_unlock(&d->lock);
+            free(w.map);
+            return VPMM_SUCCESS; /* no such pool: no segment */
+        }
+        w.only = gp_id(gp);
+    }
+    st = vpmm_pool_walk(d->pool, snap_visit, &w);
+    pthread_mutex_unlock(&d->lock);
+    free(w.map);
+    if (st == VPMM_SUCCESS && w.oom)
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    if (st != VPMM_SUCCESS) {
+        vta_snapshot_free(w.segs, w.n);
+        return st;
+    }
+    *out = w.segs;
+    *n = w.n;
+    return VPMM_SUCCESS;
+}
+
+void vta_snapshot_free(vta_segment_t *segs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(segs[i].blocks);
+    free(segs);
+}
