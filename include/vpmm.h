@@ -311,6 +311,16 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream);
  */
 vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released);
 
+/*
+ * Caps the memory the pool maps from now on, as config.max_bytes does at creation: max_bytes is
+ * rounded down to whole pages (0: no cap; less than one page: VPMM_ERROR_INVALID_ARGUMENT, the cap
+ * unchanged). Past the cap, growth stops and malloc reports VPMM_ERROR_OUT_OF_MEMORY. Memory
+ * already mapped above a lowered cap stays until freed and trimmed — vpmm_trim(pool, max_bytes)
+ * gives back what is free. vpmm_get_stats' max_bytes reads the cap. (PyTorch's
+ * set_per_process_memory_fraction maps to this.) Threads: any.
+ */
+vpmm_status_t vpmm_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes);
+
 /* ---- introspection ----------------------------------------------------------------------- */
 
 /* The pool's statistics (graph pools included; a graph pool whose graphs are all gone is

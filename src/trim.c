@@ -1,5 +1,6 @@
 /*
- * trim.c — vpmm_trim: giving fully free pages back to the driver.
+ * trim.c — vpmm_trim: giving fully free pages back to the driver; vpmm_set_max_bytes: the cap
+ * on what the pool may map.
  *
  * A pool keeps the pages it maps: reusing them is what makes malloc cheap. vpmm_trim gives back
  * the free ones, all of them or until the pool maps no more than a byte target: first it makes
@@ -198,4 +199,23 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
     }
     free(unmapped);
     return st;
+}
+
+vpmm_status_t vpmm_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes)
+{
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_set_max_bytes: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (max_bytes != 0 && max_bytes < pool->page_size) {
+        char a[32];
+        vpmm_i_set_error("vpmm_set_max_bytes: %zu bytes is less than one page (%s); 0 lifts the "
+                         "cap",
+                         max_bytes, vpmm_i_format_bytes(pool->page_size, a, sizeof a));
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    pool->opt.max_bytes = vpmm_align_down(max_bytes, pool->page_size);
+    vpmm_i_unlock(pool);
+    return VPMM_SUCCESS;
 }

@@ -3,7 +3,8 @@
  * target; memory still pending on a busy stream, pages shared with a live allocation, zombies and
  * pinned graph pools stay; idle graph pools give theirs; emptied extra chunks go; data in what
  * stays is intact; every driver call of a trim fails in turn without losing anything (a failed
- * release is kept and retried); and the cap (VPMM_MAX_BYTES) bounds growth, bursts included.
+ * release is kept and retried); and the cap (VPMM_MAX_BYTES, vpmm_set_max_bytes) bounds growth,
+ * bursts included.
  * The invariants and the driver's view are checked after every step.
  */
 #include <stdio.h>
@@ -229,6 +230,42 @@ static void test_cap(void **state)
     tpool_close(&t);
 }
 
+/* vpmm_set_max_bytes: the cap set, lowered below what is mapped, lifted; bad values refused. */
+static void test_set_cap(void **state)
+{
+    tpool_t t;
+    void *p[8];
+    void *q = NULL;
+    (void)state;
+    tpool_open(&t, NULL);
+    assert_int_equal(vpmm_set_max_bytes(NULL, 0), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vpmm_set_max_bytes(t.pool, 2 * MiB - 1), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(tstats(t.pool).max_bytes, 0); /* unchanged */
+    assert_int_equal(vpmm_set_max_bytes(t.pool, 9 * MiB), VPMM_SUCCESS);
+    assert_int_equal(tstats(t.pool).max_bytes, 8 * MiB); /* whole pages */
+    for (int i = 0; i < 4; i++)
+        p[i] = tmalloc(t.pool, 2 * MiB, NULL);
+    assert_int_equal(vpmm_malloc(t.pool, 2 * MiB, NULL, &q), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_null(q);
+    CHECK_POOL(t.pool);
+    /* Lowered below what is mapped: nothing moves; freed memory goes with a trim to the cap. */
+    assert_int_equal(vpmm_set_max_bytes(t.pool, 4 * MiB), VPMM_SUCCESS);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 8 * MiB);
+    tfree(t.pool, p[3]);
+    tfree(t.pool, p[2]);
+    assert_int_equal(trim(&t, 4 * MiB), 4 * MiB);
+    assert_int_equal(vpmm_malloc(t.pool, 2 * MiB, NULL, &q), VPMM_ERROR_OUT_OF_MEMORY);
+    /* Lifted: growth again. */
+    assert_int_equal(vpmm_set_max_bytes(t.pool, 0), VPMM_SUCCESS);
+    for (int i = 2; i < 8; i++)
+        p[i] = tmalloc(t.pool, 2 * MiB, NULL);
+    assert_true(tstats(t.pool).mapped_bytes >= 16 * MiB);
+    CHECK_POOL(t.pool);
+    for (int i = 0; i < 8; i++)
+        tfree(t.pool, p[i]);
+    tpool_close(&t);
+}
+
 /*
  * Under the cap, the placement that maps the fewest pages may need new memory where another needs
  * none: here it fills a one-page hole and joins the free regions on both sides (1 page to map,
@@ -287,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_release_kept_for_later),
         cmocka_unit_test(test_cap),
+        cmocka_unit_test(test_set_cap),
         cmocka_unit_test(test_cap_tries_the_placement_that_creates_least),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

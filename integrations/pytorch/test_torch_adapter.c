@@ -8,17 +8,20 @@
  * recording and applied before the next (the CheckpointDelta: allocations freed and made live
  * again), checkPoolLiveAllocations, DeviceStats as PyTorch reads them (allocated, requested,
  * small/large, reserved, num_ooms, peaks and their reset), snapshot segments whose blocks tile
- * them and name their pool, emptyCache, recordStream, the OOM message.
+ * them and name their pool, emptyCache, recordStream, the OOM message; and the stats JSON the
+ * Python side reads (stats_json.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "stats_json.h"
 #include "torch_adapter.h"
 
 #define KiB ((size_t)1 << 10)
@@ -310,6 +313,41 @@ static void test_record_stream(void **state)
     close_fx(&f);
 }
 
+/* The stats as JSON: every field, the extra members, a size that tells how much is needed. */
+static void test_stats_json(void **state)
+{
+    fixture_t f;
+    vpmm_stats_t s;
+    char buf[4096], small[16], field[64];
+    void *p;
+    size_t n;
+    (void)state;
+    open_fx(&f, 0);
+    p = talloc(&f, 3 * MiB, NULL, (vta_pool_id_t){ 0, 0 });
+    assert_int_equal(vpmm_get_stats(f.pool, &s), VPMM_SUCCESS);
+    n = vpmm_stats_json(&s, 2, "host", "\"extra\":7", buf, sizeof buf);
+    assert_true(n > 0 && n < sizeof buf);
+    assert_int_equal(strlen(buf), n);
+    assert_int_equal(buf[0], '{');
+    assert_int_equal(buf[n - 1], '}');
+    assert_non_null(strstr(buf, "\"device\":2,\"backend\":\"host\""));
+    snprintf(field, sizeof field, "\"live_bytes\":%zu,", s.live_bytes);
+    assert_non_null(strstr(buf, field));
+    snprintf(field, sizeof field, "\"mapped_bytes\":%zu,", s.mapped_bytes);
+    assert_non_null(strstr(buf, field));
+    assert_non_null(strstr(buf, ",\"max_bytes\":0,\"extra\":7}"));
+    /* Too small a buffer: cut short, terminated, the full length still returned. */
+    assert_int_equal(vpmm_stats_json(&s, 2, "host", "\"extra\":7", small, sizeof small), n);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    assert_int_equal(vpmm_stats_json(&s, 2, "host", "\"extra\":7", NULL, 0), n);
+    /* No extra: the object closes after max_bytes. */
+    n = vpmm_stats_json(&s, 0, "host", NULL, buf, sizeof buf);
+    assert_non_null(strstr(buf, ",\"max_bytes\":0}"));
+    assert_int_equal(strlen(buf), n);
+    assert_int_equal(vta_free(&f.d, p), VPMM_SUCCESS);
+    close_fx(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +357,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_delta),
         cmocka_unit_test(test_snapshot),
         cmocka_unit_test(test_record_stream),
+        cmocka_unit_test(test_stats_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stats_json.h"
 #include "vpmm_torch.h"
 
 /* Devices beyond this ordinal are refused (no pool, NULL, a message). */
@@ -206,78 +207,21 @@ VPMM_TORCH_API int vpmm_torch_stats(int device, vpmm_stats_t *out)
     return (int)vpmm_get_stats(pool, out);
 }
 
-/* A bounded string builder: counts what it could not write, as snprintf does. */
-typedef struct jbuf {
-    char *buf;
-    size_t cap;
-    size_t len; /* what the whole text needs, without the NUL */
-} jbuf_t;
-
-static void jput(jbuf_t *j, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(j->len < j->cap ? j->buf + j->len : NULL, j->len < j->cap ? j->cap - j->len : 0,
-                  fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        j->len += (size_t)n;
-}
-
-/* The field names are vpmm_stats_t's, so a new field is one line here and one in the README. */
 VPMM_TORCH_API long vpmm_torch_stats_json(int device, char *buf, size_t cap)
 {
     vpmm_stats_t s;
-    jbuf_t j = { buf, buf != NULL ? cap : 0, 0 };
+    char extra[96];
     int st = vpmm_torch_stats(device, &s);
 
     if (st < 0)
         return st;
     if (st != VPMM_SUCCESS)
         return -100 - st;
-    if (j.cap > 0)
-        j.buf[0] = '\0';
-    jput(&j, "{\"device\":%d,\"backend\":\"%s\"", device, vpmm_pool_backend_name(pool_of(device)));
-#define JZ(f) jput(&j, ",\"" #f "\":%zu", s.f)
-#define JU(f) jput(&j, ",\"" #f "\":%llu", (unsigned long long)s.f)
-    JZ(live_bytes);
-    JZ(allocated_bytes);
-    JZ(peak_live_bytes);
-    JZ(mapped_bytes);
-    JZ(peak_mapped_bytes);
-    JZ(free_bytes);
-    JZ(hole_bytes);
-    JZ(zombie_bytes);
-    JZ(reserved_va_bytes);
-    JZ(page_size);
-    JU(live_allocs);
-    JU(mallocs);
-    JU(frees);
-    JU(defrags);
-    JU(pages_remapped);
-    JU(pages_created);
-    JU(handles_created);
-    JU(handles);
-    JU(pages_released);
-    JU(grows);
-    JU(ooms);
-    JU(cross_stream_waits);
-    JU(va_chunks);
-    JU(streams);
-    JU(graph_pools);
-    JZ(private_mapped_bytes);
-    JZ(private_live_bytes);
-    JZ(largest_free_bytes);
-    jput(&j, ",\"utilization\":%.6f,\"fragmentation\":%.6f", s.utilization, s.fragmentation);
-    JZ(max_bytes);
-#undef JZ
-#undef JU
-    jput(&j, ",\"alloc_failures\":%llu,\"free_failures\":%llu}",
-         atomic_load_explicit(&g_alloc_failures, memory_order_relaxed),
-         atomic_load_explicit(&g_free_failures, memory_order_relaxed));
-    return (long)j.len;
+    snprintf(extra, sizeof extra, "\"alloc_failures\":%llu,\"free_failures\":%llu",
+             atomic_load_explicit(&g_alloc_failures, memory_order_relaxed),
+             atomic_load_explicit(&g_free_failures, memory_order_relaxed));
+    return (long)vpmm_stats_json(&s, device, vpmm_pool_backend_name(pool_of(device)), extra, buf,
+                                 cap);
 }
 
 VPMM_TORCH_API int vpmm_torch_dump(int device, const char *path)

@@ -1,0 +1,174 @@
+"""vpmm.torch — vpmm as PyTorch's CUDA allocator, in one line.
+
+    import vpmm.torch
+    vpmm.torch.enable()          # before anything initialises CUDA
+
+From then on every CUDA tensor, cuBLAS workspace, CUDA graph capture and graph tree of the process
+gets its memory from vpmm (one pool per device, created by the device's first allocation), and
+PyTorch's own memory API works on it: torch.cuda.memory_stats(), memory_allocated(),
+max_memory_reserved(), reset_peak_memory_stats(), empty_cache() (gives free pages back),
+set_per_process_memory_fraction() (caps what vpmm maps), memory._snapshot(),
+memory._record_memory_history(), torch.OutOfMemoryError with vpmm's report, Tensor.record_stream,
+torch.cuda.graph(pool=...), graph_pool_handle(), torch.compile(mode="reduce-overhead").
+
+The allocator is libvpmm_torch_backend.so, built by the repository's CMake where PyTorch is
+installed (integrations/pytorch/vpmm_cuda_allocator.cpp). enable() looks for it, in order: its
+`library` argument; $VPMM_TORCH_BACKEND; next to this file; the build tree of the repository this
+file lives in (build/integrations/); the dynamic linker's search path (an installed vpmm).
+
+The extras read or act on the pool of one device (default: the current one): stats(), trim(),
+dump(), check(). VPMM_* environment variables configure the pools (the repository's README);
+VPMM_BACKEND is ignored unless set to a backend by name.
+"""
+
+import ctypes
+import json
+import os
+
+__all__ = ["enable", "is_enabled", "library_path", "stats", "trim", "dump", "check"]
+
+_LIB_NAME = "libvpmm_torch_backend.so"
+_lib = None
+_lib_path = None
+
+
+def _candidates(library):
+    if library:
+        return [library]
+    env = os.environ.get("VPMM_TORCH_BACKEND")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.abspath(os.path.join(here, os.pardir, os.pardir, os.pardir))
+    return [os.path.join(here, _LIB_NAME),
+            os.path.join(repo, "build", "integrations", _LIB_NAME),
+            _LIB_NAME]
+
+
+def _load(library):
+    tried = []
+    for path in _candidates(library):
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (no such file)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            continue
+        lib.vpmm_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.vpmm_torch_backend_install.restype = ctypes.c_int
+        lib.vpmm_torch_backend_trim.argtypes = [ctypes.c_int, ctypes.c_size_t]
+        lib.vpmm_torch_backend_trim.restype = ctypes.c_longlong
+        lib.vpmm_torch_backend_dump.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        lib.vpmm_torch_backend_dump.restype = ctypes.c_int
+        lib.vpmm_torch_backend_check.argtypes = [ctypes.c_int]
+        lib.vpmm_torch_backend_check.restype = ctypes.c_long
+        lib.vpmm_torch_backend_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p,
+                                                      ctypes.c_size_t]
+        lib.vpmm_torch_backend_stats_json.restype = ctypes.c_long
+        return lib, path
+    raise RuntimeError(
+        "vpmm.torch: cannot load %s; build it with cmake where PyTorch is installed "
+        "(cmake -S . -B build && cmake --build build --target vpmm_torch_backend) or set "
+        "VPMM_TORCH_BACKEND to its path. Tried: %s" % (_LIB_NAME, "; ".join(tried)))
+
+
+def enable(library=None):
+    """Makes vpmm PyTorch's CUDA allocator. Call it before anything initialises CUDA (a CUDA
+    tensor, torch.cuda.set_device, torch.cuda.init): PyTorch cannot change the allocator of a
+    process that has handed out CUDA memory, and this raises RuntimeError then. Calling it again
+    does nothing. `library` is the path of libvpmm_torch_backend.so (default: searched)."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("vpmm.torch needs PyTorch: %s" % e) from e
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "vpmm.torch.enable() must run before CUDA is initialised in this process (before "
+            "the first CUDA tensor, torch.cuda.set_device or torch.cuda.init): PyTorch cannot "
+            "swap the allocator of a process that has already allocated CUDA memory")
+    lib, path = _load(library)
+    err = ctypes.create_string_buffer(2048)
+    if lib.vpmm_torch_backend_install(err, len(err)) != 0:
+        raise RuntimeError("vpmm.torch.enable(): " + err.value.decode(errors="replace"))
+    _lib, _lib_path = lib, path
+
+
+def is_enabled():
+    """Whether enable() has made vpmm PyTorch's CUDA allocator in this process."""
+    return _lib is not None
+
+
+def library_path():
+    """The path enable() loaded the backend from (None before enable())."""
+    return _lib_path
+
+
+def _device(device):
+    if _lib is None:
+        raise RuntimeError("vpmm.torch: call vpmm.torch.enable() first")
+    import torch
+
+    if device is None:
+        return torch.cuda.current_device()
+    d = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def _no_pool(device):
+    return RuntimeError("vpmm.torch: device %d has no vpmm pool yet (nothing was allocated on "
+                        "it)" % device)
+
+
+def stats(device=None):
+    """vpmm's own statistics of the device's pool (vpmm_stats_t's fields, as a dict): mapped and
+    live bytes and their peaks, free and hole bytes, defragmentation counters, graph pools..."""
+    dev = _device(device)
+    cap = 4096
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        n = _lib.vpmm_torch_backend_stats_json(dev, buf, cap)
+        if n < 0:
+            raise _no_pool(dev)
+        if n < cap:
+            return json.loads(buf.value.decode())
+        cap = n + 1
+
+
+def trim(target_bytes=0, device=None):
+    """Gives the device pool's free pages back to the driver until it maps at most target_bytes
+    (0: every free page whose work is done). Returns the bytes given back.
+    torch.cuda.empty_cache() does the same for every device."""
+    dev = _device(device)
+    n = _lib.vpmm_torch_backend_trim(dev, target_bytes)
+    if n < 0:
+        raise _no_pool(dev)
+    return n
+
+
+def dump(path=None, device=None):
+    """Writes the device pool's regions, streams and graph pools as text to path (None:
+    stderr)."""
+    dev = _device(device)
+    if _lib.vpmm_torch_backend_stats_json(dev, None, 0) < 0:
+        raise _no_pool(dev)
+    st = _lib.vpmm_torch_backend_dump(dev, os.fsencode(path) if path else None)
+    if st < 0:
+        raise OSError("vpmm.torch.dump: cannot write %s" % path)
+    if st != 0:
+        raise RuntimeError("vpmm.torch.dump failed (vpmm status %d)" % st)
+
+
+def check(device=None):
+    """Checks every invariant of the device's pool; returns how many are violated (0), each
+    printed on stderr."""
+    dev = _device(device)
+    n = _lib.vpmm_torch_backend_check(dev)
+    if n < 0:
+        raise _no_pool(dev)
+    return n
