@@ -15,6 +15,13 @@ system's, if there is one.)
 import os
 
 if os.environ.get("VPMM_TORCH_ENABLE") == "1":
-    import vpmm.torch
+    try:
+        import vpmm.torch
 
-    vpmm.torch.enable()
+        vpmm.torch.enable()
+    except Exception as e:  # Python would print a line and go on: stop instead
+        import sys
+
+        sys.stderr.write("vpmm autoenable (VPMM_TORCH_ENABLE=1): %s: %s\n"
+                         % (type(e).__name__, e))
+        raise SystemExit(70)
