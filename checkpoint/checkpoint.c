@@ -437,34 +437,31 @@ static void merge_walk(walk_t *wk, const vpmm_view_t *v, size_t nv)
 
 /*
  * Memory freed in the graph pool that another stream may still use (vpmm_record_stream: a deferred
- * free) cannot be given to a checkpoint's state. Deferred frees whose streams are done are
- * released first (uses.c), and the views taken again; one still in use refuses the reapply.
+ * free) cannot be given to a checkpoint's state: one whose streams are not done refuses the
+ * reapply before anything moves. When they all are, the deferred frees are released (uses.c)
+ * and the views taken again.
  */
 static vpmm_status_t no_deferred(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_view_t **v, size_t *nv,
                                  size_t hint)
 {
-    int again = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < *nv; i++) {
-            if (!(*v)[i].deferred)
-                continue;
-            if (pass == 1) {
-                vpmm_i_set_error("vpmm_checkpoint_reapply: the memory freed at %p is still used "
-                                 "by another stream (vpmm_record_stream); reapply once its work "
-                                 "is done",
-                                 (void *)(*v)[i].addr);
-                return VPMM_ERROR_CHECKPOINT_CONFLICT;
-            }
-            again = 1;
+    int any = 0;
+    for (size_t i = 0; i < *nv; i++) {
+        if (!(*v)[i].deferred)
+            continue;
+        if (!vpmm_i_uses_done(p, (*v)[i].region)) {
+            vpmm_i_set_error("vpmm_checkpoint_reapply: the memory freed at %p is still used by "
+                             "another stream (vpmm_record_stream); reapply once its work is done",
+                             (void *)(*v)[i].addr);
+            return VPMM_ERROR_CHECKPOINT_CONFLICT;
         }
-        if (!again)
-            return VPMM_SUCCESS;
-        vpmm_i_uses_release(p);
-        free(*v);
-        *v = NULL;
-        VPMM_CHECK(views_of(p, a, hint, v, nv));
+        any = 1;
     }
-    return VPMM_SUCCESS;
+    if (!any)
+        return VPMM_SUCCESS;
+    vpmm_i_uses_release(p);
+    free(*v);
+    *v = NULL;
+    return views_of(p, a, hint, v, nv);
 }
 
 vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoint_t *ck,

@@ -85,7 +85,7 @@ static void check_pages(const vpmm_pool_t *p, const vpmm_region_t *r, uintptr_t 
 }
 
 /* I11: r's other streams: distinct, not its own, each counted as a reference; gates (deferred)
- * name recorded or next markers. */
+ * name recorded markers or a live stream's next one. */
 static void check_uses(const vpmm_region_t *r, vpmm_hmap_t *refs, checker_t *k)
 {
     const vpmm_uses_t *u = r->uses;
@@ -102,7 +102,8 @@ static void check_uses(const vpmm_region_t *r, vpmm_hmap_t *refs, checker_t *k)
             if (u->e[j].stream == e->stream)
                 fail(k, "I11: region 0x%" PRIxPTR " names stream %p twice", r->addr,
                      (void *)e->stream->handle);
-        if (r->state == VPMM_REGION_FREE && e->seq > e->stream->recorded)
+        if (r->state == VPMM_REGION_FREE &&
+            e->seq + (e->stream->retired ? 1 : 0) > e->stream->recorded)
             fail(k, "I11: deferred region 0x%" PRIxPTR " waits for an unrecordable marker",
                  r->addr);
     }

@@ -79,6 +79,9 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except);
 /* Releases deferred frees (vpmm_record_stream) whose other streams' work is done: they become
  * ordinary free memory. Records markers and queries events: not during a capture. */
 void vpmm_i_uses_release(vpmm_pool_t *p);
+/* Whether deferred region r's gates have all completed (records on-demand markers and polls its
+ * streams; moves nothing). */
+int vpmm_i_uses_done(vpmm_pool_t *p, const vpmm_region_t *r);
 /* Waits until the device is idle (pool destruction with graphs just destroyed). */
 vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p);
 

@@ -92,8 +92,8 @@ static size_t pages_for(size_t bytes, size_t pg)
  * In a private arena only ready memory: the span becomes ready memory of the arena. */
 static int usable(const vpmm_region_t *r, const vpmm_strm_t *s)
 {
-    if (r == NULL || r->state != VPMM_REGION_FREE)
-        return 0;
+    if (r == NULL || r->state != VPMM_REGION_FREE || r->uses != NULL)
+        return 0; /* a deferred free (uses.c) is nobody's until its gates complete */
     return r->ready || (r->stream == s && !vpmm_i_arena_of(r)->priv);
 }
 

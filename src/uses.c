@@ -66,11 +66,13 @@ vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t str
             vpmm_i_set_error("vpmm_record_stream: ptr is NULL");
         goto out;
     }
-    if (vpmm_i_stream_key_equal(vpmm_i_stream_key_of(r->stream), key))
+    /* A released stream's handle may name a new stream: that one is not the same stream. */
+    if (!r->stream->retired && vpmm_i_stream_key_equal(vpmm_i_stream_key_of(r->stream), key))
         goto out; /* its own stream: stream order covers it */
     if (r->uses != NULL)
         for (size_t i = 0; i < r->uses->n; i++)
-            if (vpmm_i_stream_key_equal(vpmm_i_stream_key_of(r->uses->e[i].stream), key))
+            if (!r->uses->e[i].stream->retired &&
+                vpmm_i_stream_key_equal(vpmm_i_stream_key_of(r->uses->e[i].stream), key))
                 goto out; /* already recorded */
     s = vpmm_i_stream_get(pool, key);
     if (s == NULL || uses_reserve(r) != 0) {
@@ -85,6 +87,16 @@ out:
     return st;
 }
 
+/*
+ * The marker a use's gate waits for: a live stream's next one (recorded now if it may be, else on
+ * demand); a released stream's final one — it takes no new markers (the application may have
+ * destroyed it), and vpmm_stream_release recorded that one because the use held a reference.
+ */
+static uint64_t gate_seq(const vpmm_strm_t *s)
+{
+    return s->retired ? s->recorded - 1 : s->recorded;
+}
+
 void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r)
 {
     r->state = VPMM_REGION_FREE;
@@ -96,8 +108,9 @@ void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r)
     /* r->stream stays its own stream, r->uses its other streams: each gets its gate. */
     for (size_t i = 0; i < r->uses->n; i++) {
         struct vpmm_use *e = &r->uses->e[i];
-        e->seq = e->stream->recorded;
-        (void)vpmm_i_stream_mark(p, e->stream, e->seq); /* now if it may be; else later */
+        e->seq = gate_seq(e->stream);
+        if (!e->stream->retired)
+            (void)vpmm_i_stream_mark(p, e->stream, e->seq); /* now if it may be; else later */
     }
     vpmm_i_index_add(p, r); /* the deferred list */
 }
@@ -111,14 +124,13 @@ static void uses_drop(vpmm_region_t *r)
     r->uses = NULL;
 }
 
-/* Whether every gate of deferred region r has completed (recording and polling as needed). */
-static int gates_done(vpmm_pool_t *p, const vpmm_region_t *r)
+int vpmm_i_uses_done(vpmm_pool_t *p, const vpmm_region_t *r)
 {
     for (size_t i = 0; i < r->uses->n; i++) {
         const struct vpmm_use *e = &r->uses->e[i];
         if (vpmm_i_stream_done(e->stream, e->seq))
             continue;
-        if (e->seq == e->stream->recorded)
+        if (e->seq == e->stream->recorded && !e->stream->retired)
             (void)vpmm_i_stream_mark(p, e->stream, e->seq); /* on demand: someone polls for it */
         vpmm_i_stream_poll(p, e->stream);
         if (!vpmm_i_stream_done(e->stream, e->seq))
@@ -132,7 +144,7 @@ void vpmm_i_uses_release(vpmm_pool_t *p)
     vpmm_region_t *r = p->deferred_head;
     while (r != NULL) {
         vpmm_region_t *next = r->qnext;
-        if (gates_done(p, r)) {
+        if (vpmm_i_uses_done(p, r)) {
             vpmm_strm_t *own = r->stream;
             vpmm_i_index_del(p, r);
             uses_drop(r);

@@ -27,6 +27,18 @@
  * exits, a quarter of them after vpmm_stream_release of their stream; its blocks are freed after
  * it has gone.
  *
+ * Other streams' uses. One block in 16 of the main allocation path is recorded
+ * (vpmm_record_stream) on another stream its thread uses — a shared stream, or its own
+ * per-thread stream — sometimes twice (a no-op); a quarter of the capture sessions' blocks on a
+ * shared stream while the capture runs; a quarter of the short-lived threads' blocks are
+ * allocated on a shared stream and recorded on the thread's own per-thread stream, which is gone
+ * (sometimes released) by the time another thread frees them. They are handed over and freed
+ * elsewhere like the rest, and their patterns checked there: each such free is deferred until
+ * the recorded stream's marker completes (recorded on the legacy stream for another thread's
+ * per-thread stream, and later while a capture runs), then released by a slow path. Every
+ * recorded block is freed (asserted), and the end's bounds (no stream record, no mapped byte
+ * after the final trims) include the records they referenced.
+ *
  * Two runs of the same program: stream 0 is the legacy stream (config.default_stream LEGACY, 0 is
  * never used), then stream 0 is each thread's per-thread stream (VPMM_DEFAULT_STREAM_PER_THREAD):
  * 0 is one more stream choice, and 0 or 0x2 (the same stream) is what the per-thread captures and
@@ -35,16 +47,16 @@
  * Sprinkled in, from every thread at random: vpmm_get_stats (with its documented equations),
  * vpmm_pool_check, vpmm_trim (to half the mapped bytes, rarely to 0), vpmm_pool_walk,
  * vpmm_pool_dump (into memory), vpmm_pool_oom_report, vpmm_reset_peak_stats,
- * vpmm_pool_last_driver_error, short-lived threads, and capture sessions: a graph pool, a capture
- * (of a fresh stream or of the thread's per-thread stream) with allocations and frees in it, a
- * checkpoint, the graph destroyed and the graph pool released, the capture's surviving
- * allocations handed to other threads like any other; and a scratch stream used, drained and
- * released with vpmm_stream_release (the 4 shared streams are never released while in use). At
- * the end every allocation is freed and the pool checks clean and holds no live byte; once the
- * fresh and shared streams are released, only per-thread records of threads that have all gone
- * are left, and two vpmm_trim(0) must leave none of them and no mapped byte (the bound: records
- * of departed threads and their memory do not pile up, however many came and went); then the
- * pool is destroyed.
+ * vpmm_pool_last_driver_error, vpmm_record_stream (above), short-lived threads, and capture
+ * sessions: a graph pool, a capture (of a fresh stream or of the thread's per-thread stream) with
+ * allocations and frees in it, a checkpoint, the graph destroyed and the graph pool released, the
+ * capture's surviving allocations handed to other threads like any other; and a scratch stream
+ * used, drained and released with vpmm_stream_release (the 4 shared streams are never released
+ * while in use). At the end every allocation is freed and the pool checks clean and holds no live
+ * byte; once the fresh and shared streams are released, only per-thread records of threads that
+ * have all gone are left, and two vpmm_trim(0) must leave none of them and no mapped byte (the
+ * bound: records of departed threads and their memory do not pile up, however many came and went);
+ * then the pool is destroyed.
  *
  * Worker threads must not use cmocka's assertions (they longjmp into the main thread's frame):
  * a failure prints what it saw, with the seed, and aborts. The seed and the number of operations
@@ -81,6 +93,7 @@ typedef struct item {
     uint64_t op;    /* its op index there */
     int graph;      /* allocated during a capture (from a graph pool) */
     int per_thread; /* allocated on the owner's per-thread stream (0x2, or 0 where that is one) */
+    int recorded;   /* also used by another stream the owner uses (vpmm_record_stream) */
 } item_t;
 
 typedef struct mailbox {
@@ -98,6 +111,9 @@ typedef struct counts {
     uint64_t transients;     /* short-lived threads started */
     uint64_t during_pt;      /* mallocs and frees while another thread's per-thread stream was
                                 being captured (as far as the test knows) */
+    uint64_t records;        /* vpmm_record_stream of a block on another stream than its own */
+    uint64_t recorded_frees; /* frees of such blocks (deferred until that stream is done) */
+    uint64_t recorded_cross; /* of those, on another thread than the allocating one */
 } counts_t;
 
 struct worker;
@@ -179,6 +195,9 @@ static void counts_add(counts_t *to, const counts_t *c)
     to->pt_captures += c->pt_captures;
     to->transients += c->transients;
     to->during_pt += c->during_pt;
+    to->records += c->records;
+    to->recorded_frees += c->recorded_frees;
+    to->recorded_cross += c->recorded_cross;
 }
 
 static uint64_t mix64(uint64_t x)
@@ -287,6 +306,7 @@ static void alloc_item(worker_t *w, vpmm_stream_t stream, int graph, item_t *it)
     it->op = w->c.ops;
     it->graph = graph;
     it->per_thread = is_per_thread(w->sh, stream);
+    it->recorded = 0;
     it->key = mix64(((uint64_t)w->id << 56) ^ (w->c.ops << 8) ^ mix64((uint64_t)(uintptr_t)p));
     pattern(it, 0);
     w->c.ops++;
@@ -304,6 +324,35 @@ static void free_item(worker_t *w, const item_t *it)
     w->c.frees++;
     w->c.cross_frees += it->owner != w->id;
     w->c.pt_cross_frees += it->per_thread && it->owner != w->id;
+    w->c.recorded_frees += (uint64_t)it->recorded;
+    w->c.recorded_cross += it->recorded && it->owner != w->id;
+}
+
+/* Another stream w uses than s (one of the shared four, or its own per-thread stream): where a
+ * block allocated on s is used too. */
+static vpmm_stream_t other_stream(worker_t *w, vpmm_stream_t s)
+{
+    for (;;) {
+        vpmm_stream_t o = pick_stream(w);
+        if (o != s && !(is_per_thread(w->sh, o) && is_per_thread(w->sh, s)))
+            return o;
+    }
+}
+
+/* Tells the pool that work on stream `on` uses it too (vpmm_record_stream): freed, wherever, its
+ * memory is reused by nobody before that stream's work enqueued until then is done (here: none,
+ * so the next slow path releases it). Now and then also its own stream, or `on` again: no-ops. */
+static void record_item(worker_t *w, item_t *it, vpmm_stream_t on)
+{
+    note_pt_capture(w);
+    expect_ok(w, vpmm_record_stream(w->sh->pool, it->p, on), "vpmm_record_stream");
+    it->recorded = 1;
+    w->c.ops++;
+    w->c.records++;
+    if (trng_below(&w->rng, 4) == 0) {
+        expect_ok(w, vpmm_record_stream(w->sh->pool, it->p, on), "vpmm_record_stream (again)");
+        w->c.ops++;
+    }
 }
 
 static int mailbox_put(mailbox_t *b, const item_t *it)
@@ -502,6 +551,8 @@ static void capture_session(worker_t *w)
     w->c.ops += 4;
     for (size_t i = 0; i < n; i++) {
         alloc_item(w, cs, 1, &it[i]);
+        if (trng_below(&w->rng, 4) == 0) /* the graph's output, read on a shared stream too */
+            record_item(w, &it[i], shared_stream((unsigned)trng_below(&w->rng, NSTREAMS)));
         if (trng_below(&w->rng, 3) == 0 && i > 0) { /* freed within the capture, reused by it */
             free_item(w, &it[i - 1]);
             it[i - 1].p = NULL;
@@ -581,7 +632,12 @@ static void *transient_main(void *arg)
     size_t n = 1 + (size_t)trng_below(&t->rng, 6);
     for (size_t i = 0; i < n; i++) {
         item_t it;
-        alloc_item(t, own_stream(t), 0, &it);
+        if (trng_below(&t->rng, 4) == 0) { /* a shared stream's block its own stream uses */
+            alloc_item(t, shared_stream((unsigned)trng_below(&t->rng, NSTREAMS)), 0, &it);
+            record_item(t, &it, own_stream(t));
+        } else {
+            alloc_item(t, own_stream(t), 0, &it);
+        }
         if (!give_away(t, &it))
             free_item(t, &it);
     }
@@ -638,7 +694,11 @@ static void step(worker_t *w)
     } else if ((k & 1) && free_from_inbox(w)) {
         /* freed one another thread sent */
     } else if (w->nlocal < LOCAL && (k % 4 != 0 || w->nlocal == 0)) {
-        alloc_item(w, pick_stream(w), 0, &it);
+        vpmm_stream_t s = pick_stream(w);
+        alloc_item(w, s, 0, &it);
+        if (trng_below(&w->rng, 16) == 0) /* used on another of its streams too, then handed
+                                             over like the rest */
+            record_item(w, &it, other_stream(w, s));
         w->local[w->nlocal++] = it;
     } else {
         /* Hand one over. When every inbox is full (their owners are not running), free what came
@@ -761,17 +821,18 @@ static void run(int per_thread)
                   " of them of a per-thread stream), %" PRIu64 " frees (%" PRIu64
                   " on another thread, %" PRIu64 " of per-thread blocks), %" PRIu64
                   " calls during another thread's per-thread capture, %" PRIu64
-                  " short-lived threads, %" PRIu64 " checks, %" PRIu64 " trims, %" PRIu64
-                  " stats, %" PRIu64 " streams released; pool: %" PRIu64 " defrags, %" PRIu64
-                  " pages remapped, %" PRIu64 " released, %" PRIu64
+                  " short-lived threads, %" PRIu64 " blocks recorded on another stream (%" PRIu64
+                  " freed, %" PRIu64 " on another thread), %" PRIu64 " checks, %" PRIu64
+                  " trims, %" PRIu64 " stats, %" PRIu64 " streams released; pool: %" PRIu64
+                  " defrags, %" PRIu64 " pages remapped, %" PRIu64 " released, %" PRIu64
                   " cross-stream waits, peak mapped %zu MiB, %" PRIu64 " streams tracked\n",
                   sh.seed, per_thread ? "per-thread" : "legacy", total.ops, dt,
                   (double)total.ops / dt, NTHREADS, NSTREAMS, total.mallocs, total.pt_mallocs,
                   total.graph_mallocs, total.captures, total.pt_captures, total.frees,
                   total.cross_frees, total.pt_cross_frees, total.during_pt, total.transients,
-                  total.checks, total.trims, total.stats, total.released_streams, s.defrags,
-                  s.pages_remapped, s.pages_released, s.cross_stream_waits,
-                  s.peak_mapped_bytes / MiB, s.streams);
+                  total.records, total.recorded_frees, total.recorded_cross, total.checks,
+                  total.trims, total.stats, total.released_streams, s.defrags, s.pages_remapped,
+                  s.pages_released, s.cross_stream_waits, s.peak_mapped_bytes / MiB, s.streams);
 
     assert_int_equal(total.mallocs, total.frees);
     assert_int_equal(s.mallocs, total.mallocs);
@@ -779,6 +840,7 @@ static void run(int per_thread)
     assert_true(total.cross_frees * 20 >= total.frees * 19); /* ≥ 95% freed elsewhere */
     assert_true(total.pt_mallocs > 0 && total.pt_cross_frees > 0);
     assert_true(total.pt_captures > 0 && total.transients > 0);
+    assert_true(total.records > 0 && total.recorded_frees == total.records);
     assert_int_equal(s.live_bytes, 0);
     assert_int_equal(s.live_allocs, 0);
     assert_int_equal(s.graph_pools, 0);

@@ -146,6 +146,20 @@ class Backend(unittest.TestCase):
         torch.cuda.memory._dump_snapshot(path)
         self.assertGreater(os.path.getsize(path), 0)
 
+    def test_stacks_outlive_the_recording(self):
+        # graph trees record while recording a graph, then turn the history off, and still name
+        # the allocations the graph left behind
+        torch.cuda.memory._record_memory_history(max_entries=100)
+        x = torch.empty(5 * MiB, dtype=torch.uint8, device="cuda")
+        torch.cuda.memory._record_memory_history(enabled=None)
+        snap = torch.cuda.memory._snapshot()
+        mine = [b for seg in snap["segments"] for b in seg["blocks"]
+                if b["address"] == x.data_ptr()]
+        self.assertEqual(len(mine), 1)
+        self.assertTrue(mine[0]["frames"])
+        self.assertFalse(snap["device_traces"][0], "no trace once the recording is off")
+        del x
+
     def test_record_stream_holds_the_block(self):
         side = torch.cuda.Stream()
         x = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")

@@ -252,9 +252,10 @@ static void test_snapshot(void **state)
     fixture_t f;
     const vta_pool_id_t tree = { 0, 7 };
     vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x5300;
+    vpmm_stream_t s2 = (vpmm_stream_t)(uintptr_t)0x5400;
     vta_segment_t *segs;
     size_t n, shared = 0, pooled = 0;
-    void *a, *b, *p;
+    void *a, *b, *p, *q;
     (void)state;
     open_fx(&f, 0);
     a = talloc(&f, 3000, s, SHARED);
@@ -287,6 +288,18 @@ static void test_snapshot(void **state)
     assert_int_equal(segs[0].requested_size, 100 * KiB);
     assert_ptr_equal(segs[0].stream, s);
     vta_snapshot_free(segs, n);
+    /* A second stream's allocation in the same pool, right after: a segment of its own. */
+    q = talloc(&f, 100 * KiB, s2, tree);
+    assert_int_equal((uintptr_t)q, (uintptr_t)p + 100 * KiB);
+    assert_int_equal(vta_snapshot(&f.d, tree, 0, &segs, &n), VPMM_SUCCESS);
+    assert_int_equal(n, 2);
+    assert_ptr_equal(segs[0].stream, s);
+    assert_ptr_equal(segs[1].stream, s2);
+    assert_int_equal(segs[1].address, (uintptr_t)q);
+    assert_int_equal(segs[0].pool.second, 7);
+    assert_int_equal(segs[1].pool.second, 7);
+    vta_snapshot_free(segs, n);
+    assert_int_equal(vta_free(&f.d, q), VPMM_SUCCESS);
     assert_int_equal(vta_free(&f.d, a), VPMM_SUCCESS);
     assert_int_equal(vta_free(&f.d, b), VPMM_SUCCESS);
     assert_int_equal(vta_free(&f.d, p), VPMM_SUCCESS);

@@ -548,7 +548,9 @@ static int snap_visit(const vpmm_region_info_t *r, void *user)
         w->last_end = 0;
         return 0;
     }
-    if (w->last_end != r->addr || w->last_chunk != r->chunk || w->last_pool != r->pool) {
+    if (w->last_end != r->addr || w->last_chunk != r->chunk || w->last_pool != r->pool ||
+        (r->state == VPMM_REGION_ALLOCATED && w->segs[w->n - 1].stream != NULL &&
+         w->segs[w->n - 1].stream != r->stream)) {
         if (w->n == w->cap) { /* a new segment */
             size_t cap = w->cap ? w->cap * 2 : 16;
             vta_segment_t *s = realloc(w->segs, cap * sizeof *s);

@@ -145,7 +145,9 @@ typedef struct vta_block {
 } vta_block_t;
 
 /* One segment (SegmentInfo): a run of mapped regions of one VA chunk with no hole between them,
- * of one pool (a mempool id's graph pool, or the shared pool: id {0,0}). Its blocks tile it. */
+ * of one pool (a mempool id's graph pool, or the shared pool: id {0,0}) and one stream — an
+ * allocation of another stream than the run's first starts a new segment, as each native segment
+ * belongs to one stream (free memory stays with the segment it follows). Its blocks tile it. */
 typedef struct vta_segment {
     uintptr_t address;
     size_t total_size, allocated_size, requested_size;

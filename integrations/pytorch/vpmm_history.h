@@ -6,7 +6,8 @@
  * One ring of PyTorch TraceEntry records for all devices (alloc, free_requested, free_completed,
  * oom; at most max_entries, the oldest dropped first; the snapshot sorts them by device) and, for
  * each allocation made while recording, its mempool id and — with RecordContext STATE or more —
- * the stack PyTorch's context recorder gathered (the snapshot attaches it to its block). What it
+ * the stack PyTorch's context recorder gathered (the snapshot attaches it to its block; kept
+ * after the recording stops, until the allocation is freed, as the native allocator does). What it
  * keeps is PyTorch's own types, which is why it lives on the C++ side; the facts (addresses, sizes,
  * streams, pools) all come from vpmm.
  *
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,8 +61,13 @@ class History
             kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(max_entries_));
         ring_ = std::move(kept);
         next_ = 0;
-        if (!enabled)
-            live_.clear();
+        if (!enabled) {
+            /* As the native allocator's blocks keep their stacks: graph trees turn the recording
+             * off after recording a graph and still name the allocations it left behind. */
+            for (auto it = live_.begin(); it != live_.end();)
+                it = it->second.context ? std::next(it) : live_.erase(it);
+        }
+        tracking_ = enabled || !live_.empty();
     }
 
     /* An allocation PyTorch got: its trace entry and, with STATE or more, its stack. */
@@ -71,6 +78,7 @@ class History
         std::shared_ptr<c10::GatheredContext> ctx = gather(RecordContext::STATE);
         std::lock_guard<std::mutex> g(lock_);
         live_[ptr] = Live{ when_ >= RecordContext::STATE ? ctx : nullptr, pool };
+        tracking_ = true;
         add(TraceEntry(TraceEntry::ALLOC, dev, reinterpret_cast<size_t>(ptr), size, stream, pool,
                        c10::getApproximateTime(), when_ >= RecordContext::ALLOC ? ctx : nullptr));
     }
@@ -79,7 +87,7 @@ class History
      * allocation, {0,0} for one made before the recording began). */
     void on_free(c10::DeviceIndex dev, void *ptr, size_t size, void *stream)
     {
-        if (!enabled_)
+        if (!tracking_)
             return;
         std::shared_ptr<c10::GatheredContext> ctx = gather(RecordContext::ALL);
         std::lock_guard<std::mutex> g(lock_);
@@ -89,6 +97,9 @@ class History
             pool = it->second.pool;
             live_.erase(it);
         }
+        tracking_ = enabled_ || !live_.empty();
+        if (!enabled_)
+            return; /* only forgetting a stack kept from an earlier recording */
         auto addr = reinterpret_cast<size_t>(ptr);
         auto t = c10::getApproximateTime();
         add(TraceEntry(TraceEntry::FREE_REQUESTED, dev, addr, size, stream, pool, t, ctx));
@@ -160,7 +171,8 @@ class History
     }
 
     std::mutex lock_;
-    std::atomic<bool> enabled_{ false }; /* read without lock_: the fast path when off */
+    std::atomic<bool> enabled_{ false };  /* read without lock_: the fast path when off */
+    std::atomic<bool> tracking_{ false }; /* enabled_, or stacks kept for live allocations */
     CreateContextFn recorder_ = nullptr;
     RecordContext when_ = RecordContext::NEVER;
     size_t max_entries_ = 1;

@@ -25,8 +25,10 @@
  *   bit 0     stream 0 is the calling thread's per-thread stream (config.default_stream =
  *             VPMM_DEFAULT_STREAM_PER_THREAD; the host backend's per_thread_default_stream)
  *   bits 1-7  unused (ignored)
- * (Inputs written before byte 1 existed: make_corpus.py --upgrade rewrites them.)
- * Then each operation is one opcode byte (op = byte & 31; 23-26 are MALLOC and 27-31 FREE again,
+ * This is the third encoding: the second added byte 1 and THREAD (22), the third RECORD_STREAM
+ * (23, a MALLOC before). make_corpus.py --upgrade rewrites inputs of the second (--from 1: the
+ * first) so that they decode to the same operations.
+ * Then each operation is one opcode byte (op = byte & 31; 24-26 are MALLOC and 27-31 FREE again,
  * so that mutations favour the common pair) followed by its operand bytes, little-endian; an
  * operand read past the end is 0, and the input ends at the next opcode. `s` is a stream byte:
  * slot s % 7 of { NULL, 0x1, S1, S2, S3, S4, 0x2 }, as the current thread names it: NULL and 0x1
@@ -76,11 +78,18 @@
  *   21 SYNC                          the device synchronised by the application (it invalidates
  *                                    captures in progress, as in CUDA's global mode)
  *   22 THREAD         t u8           the following operations run on thread t % 4 (0: main)
+ *   23 RECORD_STREAM  s kind u8, v u16, off u32   vpmm_record_stream(ptr, s), s as the current
+ *                                    thread names it. kind bit 7 clear: ptr is the live
+ *                                    allocation v (as FREE picks it); skipped with none. Set:
+ *                                    ptr is FREE_BAD's kind (kind & 127) % 7 with v and off
+ *                                    (NULL, freed, interior, stack, heap/static, another pool's,
+ *                                    near the pool's memory): vpmm_free's statuses, no change
  *
  * An operation with nothing to act on (a FREE with no live allocation frees NULL, but e.g. a
  * CK_REAPPLY with no checkpoint) is skipped: it is neither checked nor counted; THREAD is not
  * counted either. The count of executed operations is printed at exit ("fuzz_ops: N operations
- * in M inputs").
+ * in M inputs"), then how many streams were recorded on allocations, frees deferred by them and
+ * reapplies that had to be refused for them.
  *
  * Checks after every operation: vpmm_pool_check() == 0, vpmm_host_check() == 0, the driver holds
  * exactly the handles, mappings, reservations and events the pool believes it holds, and no user
@@ -101,6 +110,21 @@
  *    told apart as the host tells them apart: two threads' per-thread streams are two streams.
  *    After vpmm_stream_release the stream is gone: what was allocated on it had its last work
  *    at the release.
+ *  - Other streams' uses (vpmm_record_stream). Each tracked allocation keeps the streams recorded
+ *    on it (not its own stream, nor one recorded before; a stream on a released stream's handle
+ *    is a new one, its own stream's included). Once it is freed, if a recorded stream U had work
+ *    pending (up to item q, or its release), the memory goes to no stream — its own included, in
+ *    a capture or not, by address or by physical page, nor to a reapply's revived allocation —
+ *    before U has completed q; then the rule above applies (its own stream at once, others after
+ *    its work). Meanwhile, after every operation: the walk shows it as one FREE, not ready region
+ *    starting where it was (deferred: neither reallocated, merged into, unmapped nor moved) and the
+ *    stats' free bytes are exactly the walk's free regions, deferred ones included; a reapply of
+ *    the graph pool holding it returns exactly VPMM_ERROR_CHECKPOINT_CONFLICT (when nothing else
+ *    refuses it first: another graph pool's checkpoint, a capture, a bad dead list) and leaves
+ *    the pool unchanged; a reapply keeps the uses of the allocations it keeps (the same
+ *    allocation, on the same stream record) and a revived one has none. And no marker is recorded
+ *    on a stream vpmm_stream_release retired (the application may have destroyed it): the markers
+ *    of a retired record never grow.
  *  - Captures. Ends follow CUDA's rule, which the host enforces: unless the mode is RELAXED, only
  *    the thread that began a capture may end it (another thread gets VPMM_ERROR_DRIVER, and the
  *    capture goes on); 0x2 from another thread names that thread's own stream. A capture's
@@ -132,15 +156,16 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-#define VA_SIZE    (64 * MiB)
-#define MAX_LIVE   1024
-#define MAX_FREED  64
-#define MAX_GP     8
-#define MAX_CK     8
-#define MAX_GRAPHS 16
-#define MAX_EXECS  8
-#define MAX_PEND   64 /* freed memory whose stream's work is not complete yet */
-#define MAX_OBLIG  64 /* stream-order obligations not yet discharged */
+#define VA_SIZE     (64 * MiB)
+#define MAX_LIVE    1024
+#define MAX_FREED   64
+#define MAX_GP      8
+#define MAX_CK      8
+#define MAX_GRAPHS  16
+#define MAX_EXECS   8
+#define MAX_PEND    64 /* freed memory whose stream's work is not complete yet */
+#define MAX_OBLIG   64 /* stream-order obligations not yet discharged */
+#define MAX_RETIRED 64 /* vpmm's records of released streams followed at once */
 
 #define NTHREADS 4 /* operations run on the main thread or on one of three workers */
 #define NCREATED 4 /* created streams S1..S4 */
@@ -150,7 +175,8 @@
 /* The streams of one input, told apart as the host backend tells them apart: the legacy stream
  * (NULL unless per-thread, and 0x1), the created streams, and each thread's per-thread stream. */
 enum { ID_LEGACY = 0, ID_S1 = 1, ID_PT0 = ID_S1 + NCREATED, NIDENT = ID_PT0 + NTHREADS };
-#define MAX_CAPS NIDENT /* at most one capture begun per stream */
+#define MAX_CAPS NIDENT       /* at most one capture begun per stream */
+#define MAX_USES (NIDENT + 1) /* other streams of an allocation: one per record of vpmm's */
 
 enum {
     OP_MALLOC,
@@ -176,16 +202,25 @@ enum {
     OP_INSPECT,
     OP_SYNC,
     OP_THREAD,
+    OP_RECORD_STREAM,
     OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
-    "MALLOC",        "FREE",          "FREE_BAD",   "WORK",      "STREAM_RELEASE",
-    "CAPTURE_BEGIN", "CAPTURE_END",   "EXT_BEGIN",  "EXT_END",   "CAPTURE_REGISTER",
-    "CAPTURE_GP",    "GRAPH_DESTROY", "EXEC",       "GP_CREATE", "GP_REF",
-    "CK_TAKE",       "CK_REAPPLY",    "CK_DESTROY", "TRIM",      "FAULT",
-    "INSPECT",       "SYNC",          "THREAD",
+    "MALLOC",        "FREE",          "FREE_BAD",   "WORK",          "STREAM_RELEASE",
+    "CAPTURE_BEGIN", "CAPTURE_END",   "EXT_BEGIN",  "EXT_END",       "CAPTURE_REGISTER",
+    "CAPTURE_GP",    "GRAPH_DESTROY", "EXEC",       "GP_CREATE",     "GP_REF",
+    "CK_TAKE",       "CK_REAPPLY",    "CK_DESTROY", "TRIM",          "FAULT",
+    "INSPECT",       "SYNC",          "THREAD",     "RECORD_STREAM",
 };
+
+/* Another stream that uses an allocation (vpmm_record_stream). */
+typedef struct use {
+    int ident;    /* the stream */
+    int rec;      /* vpmm's record of it (rec_of) */
+    int released; /* vpmm_stream_release(stream) since: its work ended at item upto */
+    uint64_t upto;
+} use_t;
 
 typedef struct live {
     unsigned char *p;
@@ -196,6 +231,13 @@ typedef struct live {
     int rec;         /* vpmm's record of that stream (rec_of) */
     int released;    /* vpmm_stream_release(stream) since: its work ended at item upto */
     uint64_t upto;
+    int own_rec;  /* vpmm's record of its allocation stream, captures and revived ones too
+                     (-1: not known) */
+    int own_gone; /* that record was released since (a later stream on the handle is another) */
+    const vpmm_strm_t *strm; /* vpmm's record itself: after a reapply, the same one says the same
+                                allocation (it keeps its uses), another says a revived one */
+    use_t uses[MAX_USES];    /* its other streams (vpmm_record_stream) */
+    size_t nuses;
 } live_t;
 
 /* Bytes [lo, hi) of one physical allocation (a driver handle of the pool's pages). */
@@ -204,14 +246,26 @@ typedef struct piece {
     size_t lo, hi;
 } piece_t;
 
-/* Memory freed while the work its stream had enqueued was not complete: until that work is, any
- * other stream that gets these addresses or these physical bytes must wait for it. */
+/* A stream recorded on a freed allocation whose work was not complete at the free: the memory
+ * goes to no stream (its own included) before `ident` has completed `seq`. */
+typedef struct gate {
+    int ident;
+    uint64_t seq;
+} gate_t;
+
+/* Memory freed while the work its stream had enqueued, or the work of a stream recorded on it
+ * (vpmm_record_stream), was not complete: until the recorded streams' work is, no stream may get
+ * these addresses or these physical bytes; until its own stream's is, any other stream that gets
+ * them must wait for it. */
 typedef struct pend {
     uintptr_t lo, hi; /* the freed allocation (rounded size) */
     piece_t *pc;      /* the physical bytes behind it when freed */
     size_t npc;
-    int ident;    /* its allocation stream */
+    int ident;    /* its allocation stream; -1: none to wait for (made in a capture, or done) */
     uint64_t seq; /* that stream's work items enqueued when it was freed */
+    gate_t gates[MAX_USES]; /* its other streams whose work was pending at the free */
+    size_t ngates;
+    unsigned gp;  /* the graph pool that held it at the free (0: the shared pool) */
     uint64_t nop; /* the FREE */
 } pend_t;
 
@@ -256,6 +310,11 @@ typedef struct fz {
     unsigned thread;                 /* the thread operations run on: 0 main, 1..3 workers */
     vpmm_stream_t created[NCREATED]; /* S1..S4 */
     vpmm_stream_t ptkey[NTHREADS];   /* vpmm_host_thread_stream of each thread */
+    uint64_t token[NTHREADS];        /* vpmm's identity of each thread (vpmm_i_thread_token) */
+    int rec_slot;                    /* the stream operand of the RECORD_STREAM being run */
+    const vpmm_strm_t *retired[MAX_RETIRED]; /* vpmm's released stream records, and the markers */
+    uint64_t retired_recorded[MAX_RETIRED];  /* each had when first seen released */
+    size_t nretired;
     cap_t caps[MAX_CAPS];
     size_t ncaps;
     pend_t pend[MAX_PEND];
@@ -284,7 +343,9 @@ typedef struct fz {
 } fz_t;
 
 static fz_t fz_state;
+static unsigned pool_of_alloc(const fz_t *z, uintptr_t a);
 static uint64_t total_ops, total_inputs;
+static uint64_t records_made, gated_frees, conflicts_expected; /* printed at exit */
 static FILE *devnull;
 static vpmm_pool_t *side_pool; /* another pool: its allocation is a foreign pointer here */
 static void *side_ptr;
@@ -428,6 +489,22 @@ static vpmm_stream_t ident_key(const fz_t *z, int id)
 static vpmm_stream_t ident_handle(const fz_t *z, int id)
 {
     return ident_is_pt(id) ? VPMM_STREAM_PER_THREAD : ident_key(z, id);
+}
+
+/* Which record, as rec_of numbers them, vpmm's stream key k names (-1: none of the input's). */
+static int rec_of_key(const fz_t *z, vpmm_stream_key_t k)
+{
+    if (k.handle == VPMM_STREAM_LEGACY)
+        return NIDENT;
+    if (k.handle == NULL)
+        return ID_LEGACY;
+    for (int t = 0; t < NTHREADS; t++)
+        if (k.handle == VPMM_STREAM_PER_THREAD && k.owner == z->token[t])
+            return ID_PT0 + t;
+    for (int i = 0; i < NCREATED; i++)
+        if (k.handle == z->created[i])
+            return ID_S1 + i;
+    return -1;
 }
 
 static const char *ident_name(int id)
@@ -624,6 +701,11 @@ static void workers_stop_all(void)
  * keep being A's until A is done). The host backend completes an item only after what it waits
  * for, so the harness checks, after every operation, that no such B item completed before A@q.
  * Allocations made in captures are not tracked: their order is the graph's.
+ *
+ * A stream U recorded on the allocation (vpmm_record_stream) is stricter: while U has not
+ * completed the work it had enqueued at the free (its gate), the memory goes to no stream at all,
+ * A included, captures included — vpmm keeps it deferred, so a malloc that gets any of it then is
+ * a finding on the spot (gates_check), whatever waits it enqueued.
  */
 
 /* The physical bytes behind [lo, hi) (mapped memory of the pool), as pieces of handles. */
@@ -667,29 +749,100 @@ static void pend_drop(fz_t *z, size_t i)
     z->npend--;
 }
 
+/* Whether stream `ident` has work up to item seq not completed yet. */
+static int not_done(const fz_t *z, int ident, uint64_t seq)
+{
+    return ident >= 0 && completed_on(z, ident) < seq;
+}
+
+/* Whether a recorded stream of e has not completed its work yet: nobody may have its memory. */
+static int gate_pending(const fz_t *z, const pend_t *e)
+{
+    for (size_t i = 0; i < e->ngates; i++)
+        if (not_done(z, e->gates[i].ident, e->gates[i].seq))
+            return 1;
+    return 0;
+}
+
 /* Tracked allocation l is about to be freed. */
 static void pend_note(fz_t *z, const live_t *l)
 {
     pend_t *e;
-    uint64_t q;
-    if (l->ident < 0)
+    gate_t gates[MAX_USES];
+    size_t ngates = 0;
+    int own = l->ident;
+    uint64_t q = 0;
+    if (own >= 0) {
+        q = l->released ? l->upto : enqueued_on(z, own);
+        if (!not_done(z, own, q))
+            own = -1; /* nothing of its stream may still use it */
+    }
+    for (size_t i = 0; i < l->nuses; i++) {
+        const use_t *u = &l->uses[i];
+        uint64_t g = u->released ? u->upto : enqueued_on(z, u->ident);
+        if (not_done(z, u->ident, g))
+            gates[ngates++] = (gate_t){ u->ident, g };
+    }
+    if (own < 0 && ngates == 0)
         return;
-    q = l->released ? l->upto : enqueued_on(z, l->ident);
-    if (completed_on(z, l->ident) >= q)
-        return; /* nothing of its stream may still use it */
     if (z->npend == MAX_PEND)
         pend_drop(z, 0); /* the oldest: its check is lost, nothing else */
     e = &z->pend[z->npend++];
     e->lo = (uintptr_t)l->p;
     e->hi = e->lo + rnd(l->size);
     e->npc = phys_pieces(z, e->lo, e->hi, &e->pc);
-    e->ident = l->ident;
+    e->ident = own;
     e->seq = q;
+    memcpy(e->gates, gates, ngates * sizeof *gates);
+    e->ngates = ngates;
+    gated_frees += ngates > 0;
+    e->gp = pool_of_alloc(z, e->lo);
     e->nop = z->nop;
-    if (verbose)
+    if (verbose && own >= 0)
         fprintf(stderr, "    %p (%zu bytes) freed; %s has completed %llu of its %llu items\n",
-                (void *)l->p, l->size, ident_name(l->ident),
-                (unsigned long long)completed_on(z, l->ident), (unsigned long long)q);
+                (void *)l->p, l->size, ident_name(own), (unsigned long long)completed_on(z, own),
+                (unsigned long long)q);
+    for (size_t i = 0; verbose && i < ngates; i++)
+        fprintf(stderr, "    %p: no stream may have it before %s has completed %llu (done %llu)\n",
+                (void *)l->p, ident_name(gates[i].ident), (unsigned long long)gates[i].seq,
+                (unsigned long long)completed_on(z, gates[i].ident));
+}
+
+/* Whether [lo, hi), with physical pieces pc (computed on demand), overlaps e's memory. */
+static int pend_overlaps(const fz_t *z, const pend_t *e, uintptr_t lo, uintptr_t hi, piece_t **pc,
+                         size_t *npc)
+{
+    if (lo < e->hi && e->lo < hi)
+        return 1;
+    if (*pc == NULL)
+        *npc = phys_pieces(z, lo, hi, pc);
+    return pieces_overlap(*pc, *npc, e->pc, e->npc);
+}
+
+/* A malloc (in a capture or not) or a reapply gave l: none of it may be memory whose recorded
+ * streams have not completed the work they had enqueued when it was freed. */
+static void gates_check(const fz_t *z, const live_t *l, const char *call)
+{
+    uintptr_t lo = (uintptr_t)l->p, hi = lo + rnd(l->size);
+    piece_t *pc = NULL;
+    size_t npc = 0;
+    for (size_t i = 0; i < z->npend; i++) {
+        const pend_t *e = &z->pend[i];
+        if (!gate_pending(z, e) || !pend_overlaps(z, e, lo, hi, &pc, &npc))
+            continue;
+        for (size_t k = 0; k < e->ngates; k++)
+            if (not_done(z, e->gates[k].ident, e->gates[k].seq))
+                finding(z,
+                        "stream order: %s gave %p (%zu bytes), memory freed at operation %llu "
+                        "(%p, %zu bytes) that %s still uses: recorded with vpmm_record_stream, "
+                        "its work up to item %llu was pending at the free and it has completed "
+                        "only %llu",
+                        call, (void *)l->p, l->size, (unsigned long long)e->nop, (void *)e->lo,
+                        (size_t)(e->hi - e->lo), ident_name(e->gates[k].ident),
+                        (unsigned long long)e->gates[k].seq,
+                        (unsigned long long)completed_on(z, e->gates[k].ident));
+    }
+    free(pc);
 }
 
 /* A malloc outside any capture gave l (on stream l->ident): what it got of memory still in use
@@ -701,11 +854,9 @@ static void pend_reused(fz_t *z, const live_t *l)
     size_t npc = 0;
     for (size_t i = 0; i < z->npend; i++) {
         const pend_t *e = &z->pend[i];
-        if (e->ident == l->ident || completed_on(z, e->ident) >= e->seq)
+        if (e->ident < 0 || e->ident == l->ident || !not_done(z, e->ident, e->seq))
             continue; /* stream order, or nothing pending */
-        if (pc == NULL)
-            npc = phys_pieces(z, lo, hi, &pc);
-        if (!(lo < e->hi && e->lo < hi) && !pieces_overlap(pc, npc, e->pc, e->npc))
+        if (!pend_overlaps(z, e, lo, hi, &pc, &npc))
             continue;
         if (z->nobl == MAX_OBLIG)
             memmove(&z->obl[0], &z->obl[1], --z->nobl * sizeof *z->obl);
@@ -739,6 +890,14 @@ static void stream_released(fz_t *z, int rec, int id)
         if (l->ident >= 0 && l->rec == rec && !l->released) {
             l->released = 1;
             l->upto = upto;
+        }
+        l->own_gone |= l->own_rec == rec;
+        for (size_t k = 0; k < l->nuses; k++) {
+            use_t *u = &l->uses[k];
+            if (u->rec == rec && !u->released) {
+                u->released = 1;
+                u->upto = upto;
+            }
         }
     }
     /* A user with no item since its malloc never used the memory on the old stream. */
@@ -792,7 +951,8 @@ static void stream_order_check(fz_t *z)
         i++;
     }
     for (size_t i = 0; i < z->npend;) {
-        if (completed_on(z, z->pend[i].ident) >= z->pend[i].seq)
+        const pend_t *e = &z->pend[i];
+        if (!not_done(z, e->ident, e->seq) && !gate_pending(z, e))
             pend_drop(z, i);
         else
             i++;
@@ -845,6 +1005,15 @@ static ptrdiff_t live_containing(const fz_t *z, uintptr_t a)
     return -1;
 }
 
+/* vpmm's record of the allocation stream of the allocation at a (internal: an identity only). */
+static const vpmm_strm_t *alloc_strm(const fz_t *z, uintptr_t a)
+{
+    const vpmm_region_t *r = vpmm_hmap_get(&z->pool->allocs, a);
+    if (r == NULL)
+        finding(z, "the allocation %p vpmm just returned is not in its table", (void *)a);
+    return r->stream;
+}
+
 /* Starts tracking a fresh allocation: aligned, disjoint from every tracked one, writable. */
 static void live_add(fz_t *z, void *ptr, size_t size, uint16_t serial, const char *call)
 {
@@ -866,6 +1035,10 @@ static void live_add(fz_t *z, void *ptr, size_t size, uint16_t serial, const cha
     l->rec = -1;
     l->released = 0;
     l->upto = 0;
+    l->own_rec = -1;
+    l->own_gone = 0;
+    l->strm = alloc_strm(z, a);
+    l->nuses = 0;
     l->stamp = mix(((uint64_t)z->cfg << 48) ^ ((uint64_t)serial << 32) ^ z->nop ^ a);
     stamp_write(l);
 }
@@ -1073,6 +1246,87 @@ static void check_all(const fz_t *z)
     driver_matches_pool(z);
 }
 
+/*
+ * Memory freed while a stream recorded on it (vpmm_record_stream) still had work is deferred as
+ * long as that work is pending: FREE, counted as free memory, in no tree (docs/ALGORITHM.md). So
+ * after every operation, for each such free the input knows of: the walk shows its region as it
+ * was freed (same start, never merged into by a neighbour's free, not reallocated, not unmapped)
+ * and not ready, and the stats' free bytes are exactly the walk's free regions, deferred ones
+ * included.
+ */
+static void deferred_check(const fz_t *z)
+{
+    regions_t rs;
+    vpmm_stats_t s;
+    size_t deferred = 0, free_sum = 0;
+    int any = 0;
+
+    for (size_t i = 0; i < z->npend && !any; i++)
+        any = gate_pending(z, &z->pend[i]);
+    if (!any)
+        return;
+    regions_get(z, &rs);
+    s = stats_of(z);
+    for (size_t k = 0; k < rs.n; k++)
+        if (rs.r[k].state == VPMM_REGION_FREE)
+            free_sum += rs.r[k].size;
+    for (size_t i = 0; i < z->npend; i++) {
+        const pend_t *e = &z->pend[i];
+        const vpmm_region_info_t *r;
+        if (!gate_pending(z, e))
+            continue;
+        r = region_containing(&rs, e->lo);
+        if (r == NULL || r->state != VPMM_REGION_FREE || r->ready || r->addr != e->lo ||
+            r->size < e->hi - e->lo)
+            finding(z,
+                    "the allocation %p (%zu bytes) freed at operation %llu, which a recorded "
+                    "stream still uses, is not a deferred free region: region %p, %zu bytes, "
+                    "state %d, ready %d",
+                    (void *)e->lo, (size_t)(e->hi - e->lo), (unsigned long long)e->nop,
+                    r ? (void *)r->addr : NULL, r ? r->size : 0, r ? (int)r->state : -1,
+                    r ? r->ready : -1);
+        deferred += r->size;
+    }
+    if (s.free_bytes < deferred || s.free_bytes != free_sum)
+        finding(z,
+                "stats: %zu free bytes; the walk's free regions hold %zu, of which %zu deferred "
+                "(freed, still used by a recorded stream)",
+                s.free_bytes, free_sum, deferred);
+    free(rs.r);
+}
+
+/*
+ * vpmm_stream_release tells vpmm that the stream is about to be destroyed (vpmm.h): after it, no
+ * driver call may name that stream through the retired record. So the markers a retired record
+ * has recorded never grow (the host backend keeps the handle alive, and later work on it is a
+ * new stream's, so nothing else would notice a marker recorded on the dead one).
+ */
+static void retired_check(fz_t *z)
+{
+    const vpmm_strm_t *seen[MAX_RETIRED];
+    uint64_t recorded[MAX_RETIRED];
+    size_t n = 0;
+    for (const vpmm_strm_t *s = z->pool->retired; s != NULL && n < MAX_RETIRED; s = s->next) {
+        uint64_t was = s->recorded;
+        for (size_t k = 0; k < z->nretired; k++)
+            if (z->retired[k] == s)
+                was = z->retired_recorded[k];
+        if (s->recorded != was)
+            finding(z,
+                    "vpmm recorded a marker on stream %s (handle %p, owner %llu) after "
+                    "vpmm_stream_release retired it (%llu markers then, %llu now): the "
+                    "application may have destroyed it",
+                    ident_name(rec_of_key(z, vpmm_i_stream_key_of(s)) % NIDENT), (void *)s->handle,
+                    (unsigned long long)s->owner, (unsigned long long)was,
+                    (unsigned long long)s->recorded);
+        seen[n] = s;
+        recorded[n++] = was;
+    }
+    memcpy(z->retired, seen, n * sizeof *seen);
+    memcpy(z->retired_recorded, recorded, n * sizeof *recorded);
+    z->nretired = n;
+}
+
 /* ---- streams and captures -------------------------------------------------------------------- */
 
 /* The id of the graph pool that owns the allocation at a (0: the shared pool). */
@@ -1250,8 +1504,10 @@ static int op_malloc(fz_t *z)
     }
     live_add(z, p, size, serial, "vpmm_malloc");
     l = &z->live[z->nlive - 1];
+    l->own_rec = rec_of(z, si);
     if (verbose)
         fprintf(stderr, "    %p (%zu bytes) on %s\n", p, size, ident_name(id));
+    gates_check(z, l, "vpmm_malloc");
     if (cap != VPMM_CAPTURE_NONE) {
         /* A capture's allocations come from its graph pool, never from the shared pool. */
         cap_t *c = cap_find(z, cid);
@@ -1315,41 +1571,40 @@ static int free_any(fz_t *z, uintptr_t a, int foreign)
     return 1;
 }
 
-static int op_free_bad(fz_t *z)
+typedef int (*target_fn)(fz_t *z, uintptr_t a, int foreign);
+
+/* The addresses of FREE_BAD's kinds 1-6 (kind 0, NULL, is the caller's): act(address, whether it
+ * is foreign for certain) runs on one; 0 if there is none to act on. */
+static int bad_target(fz_t *z, unsigned kind, unsigned v, uint32_t off, target_fn act)
 {
-    unsigned kind = rd8(z) % 7, v = rd16(z);
-    uint32_t off = rd32(z);
     unsigned char local[64];
     uintptr_t base;
 
     switch (kind) {
-    case 0:
-        expect_status(z, "vpmm_free(NULL)", vpmm_free(z->pool, NULL), S(VPMM_SUCCESS), 1);
-        return 1;
     case 1:
         if (z->nfreed == 0)
             return 0;
-        return free_any(z, z->freed[v % z->nfreed], 0);
+        return act(z, z->freed[v % z->nfreed], 0);
     case 2:
         if (z->nlive == 0)
             return 0;
         base = (uintptr_t)z->live[v % z->nlive].p;
-        return free_any(z, base + 1 + off % (rnd(z->live[v % z->nlive].size) - 1), 0);
+        return act(z, base + 1 + off % (rnd(z->live[v % z->nlive].size) - 1), 0);
     case 3:
-        return free_any(z, (uintptr_t)&local[off % sizeof local], 1);
+        return act(z, (uintptr_t)&local[off % sizeof local], 1);
     case 4:
         if (off & 1) {
             unsigned char *h = malloc(64);
             int done;
             if (h == NULL)
                 finding(z, "out of host memory");
-            done = free_any(z, (uintptr_t)h + (v % 64), 1);
+            done = act(z, (uintptr_t)h + (v % 64), 1);
             free(h);
             return done;
         }
-        return free_any(z, (uintptr_t)&static_buf[off % sizeof static_buf], 1);
+        return act(z, (uintptr_t)&static_buf[off % sizeof static_buf], 1);
     case 5:
-        return side_ptr != NULL ? free_any(z, (uintptr_t)side_ptr + (off % 4096), 1) : 0;
+        return side_ptr != NULL ? act(z, (uintptr_t)side_ptr + (off % 4096), 1) : 0;
     default:
         if (z->nlive > 0 && (v & 1))
             base = (uintptr_t)z->live[(v >> 1) % z->nlive].p;
@@ -1362,8 +1617,104 @@ static int op_free_bad(fz_t *z)
         base -= 2 * z->page_size;
         if (off & 0x80000000u)
             base &= ~(uintptr_t)(VPMM_ALIGNMENT - 1);
-        return free_any(z, base, 0);
+        return act(z, base, 0);
     }
+}
+
+static int op_free_bad(fz_t *z)
+{
+    unsigned kind = rd8(z) % 7, v = rd16(z);
+    uint32_t off = rd32(z);
+
+    if (kind == 0) {
+        expect_status(z, "vpmm_free(NULL)", vpmm_free(z->pool, NULL), S(VPMM_SUCCESS), 1);
+        return 1;
+    }
+    return bad_target(z, kind, v, off, free_any);
+}
+
+/* vpmm_record_stream of tracked allocation i on the stream of operand z->rec_slot: a stream
+ * other than its own (or one on its handle after its own was released) becomes one of its uses;
+ * its own, or one recorded before, changes nothing. */
+static void record_live(fz_t *z, size_t i)
+{
+    live_t *l = &z->live[i];
+    const int si = z->rec_slot, id = ident_of(z, si), rec = rec_of(z, si);
+    vpmm_status_t st = vpmm_record_stream(z->pool, l->p, slot_handle(z, si));
+    expect_status(z, "vpmm_record_stream", st, S(VPMM_SUCCESS), 1);
+    if (rec == l->own_rec && !l->own_gone)
+        return; /* its own stream: stream order covers it */
+    records_made++;
+    for (size_t k = 0; k < l->nuses; k++) {
+        if (l->uses[k].rec == rec) {
+            l->uses[k].released = 0; /* after a release, the stream on that handle is new */
+            return;
+        }
+    }
+    l->uses[l->nuses++] = (use_t){ .ident = id, .rec = rec };
+    if (verbose)
+        fprintf(stderr, "    %p is used by %s too\n", (void *)l->p, ident_name(id));
+}
+
+/* vpmm_record_stream of an arbitrary address; the tracked set says what must happen (as for
+ * vpmm_free: bad pointers get its statuses and change nothing). */
+static int record_any(fz_t *z, uintptr_t a, int foreign)
+{
+    ptrdiff_t i;
+    snap_t before;
+    vpmm_status_t st;
+
+    if (a == 0)
+        return 0;
+    i = foreign ? -1 : live_find(z, a);
+    if (i >= 0) {
+        record_live(z, (size_t)i); /* it was freed, then reused: a valid record */
+        return 1;
+    }
+    snap_take(z, &before);
+    st = vpmm_record_stream(z->pool, (void *)a, slot_handle(z, z->rec_slot));
+    if (foreign)
+        expect_status(z, "vpmm_record_stream(foreign)", st, S(VPMM_ERROR_FOREIGN_POINTER), 1);
+    else if (live_containing(z, a) >= 0)
+        expect_status(z, "vpmm_record_stream(interior)", st, S(VPMM_ERROR_INTERIOR_POINTER), 1);
+    else
+        expect_status(z, "vpmm_record_stream(not allocated)", st,
+                      S(VPMM_ERROR_DOUBLE_FREE) | S(VPMM_ERROR_FOREIGN_POINTER), 1);
+    snap_same(z, &before, "vpmm_record_stream(bad pointer)");
+    return 1;
+}
+
+static int op_record_stream(fz_t *z)
+{
+    unsigned kind, v;
+    uint32_t off;
+    snap_t before;
+
+    z->rec_slot = slot_of(z);
+    kind = rd8(z);
+    v = rd16(z);
+    off = rd32(z);
+    if ((kind & 0x80) == 0) {
+        if (z->nlive == 0)
+            return 0;
+        for (size_t i = 0; i < z->nlive; i++) {
+            if (z->live[i].serial == v) {
+                record_live(z, i);
+                return 1;
+            }
+        }
+        record_live(z, v % z->nlive);
+        return 1;
+    }
+    kind = (kind & 127) % 7;
+    if (kind != 0)
+        return bad_target(z, kind, v, off, record_any);
+    snap_take(z, &before);
+    expect_status(z, "vpmm_record_stream(NULL)",
+                  vpmm_record_stream(z->pool, NULL, slot_handle(z, z->rec_slot)),
+                  S(VPMM_ERROR_INVALID_ARGUMENT), 1);
+    snap_same(z, &before, "vpmm_record_stream(NULL)");
+    return 1;
 }
 
 static int op_work(fz_t *z)
@@ -1727,6 +2078,16 @@ static int op_ck_take(fz_t *z)
     return 1;
 }
 
+/* Whether graph pool gid holds memory freed while a stream recorded on it had work, still
+ * pending: a reapply must refuse (vpmm_record_stream, "deferred"). */
+static int deferred_in(const fz_t *z, unsigned gid)
+{
+    for (size_t i = 0; i < z->npend; i++)
+        if (z->pend[i].gp == gid && gate_pending(z, &z->pend[i]))
+            return 1;
+    return 0;
+}
+
 static int by_ck_ptr(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t)((const vpmm_checkpoint_alloc_t *)a)->ptr;
@@ -1772,7 +2133,16 @@ static void reconcile(fz_t *z, unsigned gid, vpmm_checkpoint_alloc_t *ca, size_t
             finding(z, "after reapply, the tracked allocation %p is in no region", (void *)l->p);
         if (r->state == VPMM_REGION_ALLOCATED && r->addr == (uintptr_t)l->p &&
             r->requested == l->size) {
+            const vpmm_strm_t *now = alloc_strm(z, r->addr);
             stamp_check(z, l, "after reapply");
+            if (now != l->strm) {
+                /* The checkpoint's allocation at the same place and of the same size, on another
+                 * stream: the tracked one was dropped, that one revived (with no other streams). */
+                l->strm = now;
+                l->own_rec = rec_of_key(z, vpmm_i_stream_key_of(now));
+                l->own_gone = 0;
+                l->nuses = 0;
+            } /* else the same allocation: it keeps its other streams (uses) */
             k++;
             continue;
         }
@@ -1791,6 +2161,9 @@ static void reconcile(fz_t *z, unsigned gid, vpmm_checkpoint_alloc_t *ca, size_t
             continue;
         }
         live_add(z, ca[i].ptr, ca[i].size, z->next_serial++, "vpmm_checkpoint_reapply (revived)");
+        z->live[z->nlive - 1].own_rec =
+            rec_of_key(z, vpmm_i_stream_key_of(z->live[z->nlive - 1].strm));
+        gates_check(z, &z->live[z->nlive - 1], "vpmm_checkpoint_reapply (revived)");
     }
     free(tracked);
     free(rs.r);
@@ -1851,6 +2224,9 @@ static int op_ck_reapply(fz_t *z)
     else if (defect)
         expect_status(z, "vpmm_checkpoint_reapply(bad dead list)", st,
                       S(VPMM_ERROR_INVALID_ARGUMENT), 1);
+    else if (deferred_in(z, gs.id) && ++conflicts_expected)
+        expect_status(z, "vpmm_checkpoint_reapply(memory another stream still uses)", st,
+                      S(VPMM_ERROR_CHECKPOINT_CONFLICT), 1);
     else
         expect_status(z, "vpmm_checkpoint_reapply", st,
                       S(VPMM_SUCCESS) | S(VPMM_ERROR_CHECKPOINT_CONFLICT), 1);
@@ -2081,11 +2457,11 @@ static int op_thread(fz_t *z)
 }
 
 static const op_fn op_table[OP_COUNT] = {
-    op_malloc,        op_free,          op_free_bad,   op_work,      op_stream_release,
-    op_capture_begin, op_capture_end,   op_ext_begin,  op_ext_end,   op_capture_register,
-    op_capture_gp,    op_graph_destroy, op_exec,       op_gp_create, op_gp_ref,
-    op_ck_take,       op_ck_reapply,    op_ck_destroy, op_trim,      op_fault,
-    op_inspect,       op_sync,          op_thread,
+    op_malloc,        op_free,          op_free_bad,   op_work,          op_stream_release,
+    op_capture_begin, op_capture_end,   op_ext_begin,  op_ext_end,       op_capture_register,
+    op_capture_gp,    op_graph_destroy, op_exec,       op_gp_create,     op_gp_ref,
+    op_ck_take,       op_ck_reapply,    op_ck_destroy, op_trim,          op_fault,
+    op_inspect,       op_sync,          op_thread,     op_record_stream,
 };
 
 /* ---- one input ------------------------------------------------------------------------------ */
@@ -2096,6 +2472,7 @@ static int learn_thread_stream(fz_t *z)
     z->ptkey[z->thread] = vpmm_host_thread_stream(z->host);
     if (z->ptkey[z->thread] == NULL)
         finding(z, "vpmm_host_thread_stream failed");
+    z->token[z->thread] = vpmm_i_thread_token();
     return 1;
 }
 
@@ -2293,6 +2670,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             trace_waits(z);
         check_all(z);
         caps_check(z);
+        deferred_check(z);
+        retired_check(z);
         stream_order_check(z);
         z->nop++;
         if (++total_ops % 1000000 == 0)
@@ -2311,6 +2690,11 @@ static void at_exit(void)
 {
     fprintf(stderr, "fuzz_ops: %llu operations in %llu inputs\n", (unsigned long long)total_ops,
             (unsigned long long)total_inputs);
+    fprintf(stderr,
+            "fuzz_ops: %llu streams recorded on allocations, %llu frees deferred by them, %llu "
+            "reapplies refused for them\n",
+            (unsigned long long)records_made, (unsigned long long)gated_frees,
+            (unsigned long long)conflicts_expected);
     workers_stop_all();
     if (side_pool != NULL) {
         vpmm_free(side_pool, side_ptr);

@@ -12,7 +12,9 @@ Two kinds of seeds, in the encoding described at the top of fuzz_ops.c:
             slice are ignored; blocks still live at its end are freed by the harness's cleanup.
             Some slices keep the trace's streams, others spread blocks over four streams;
             trace-*-ptds-* make each trace stream one thread's per-thread stream (0x2) and free
-            half of the blocks from another thread.
+            half of the blocks from another thread; trace-*-uses-* record a quarter of the blocks
+            on another stream with a kernel enqueued there (another thread's per-thread stream
+            in -uses-1), which advances when the block's free completes.
   hand-*    hand-written scenarios: graph trees (capture, checkpoint, reapply with dead
             pointers), captures begun and ended outside vpmm, an invalidated capture, graph
             instantiation and launches, every kind of bad free and absurd size, OOM with trim,
@@ -22,12 +24,20 @@ Two kinds of seeds, in the encoding described at the top of fuzz_ops.c:
             workers (ends from the wrong thread, relaxed ends, legacy work and SYNC breaking
             them), everything that could make vpmm work on the legacy stream during a per-thread
             capture it knows of, and one it does not (begun outside vpmm), and stream 0 as the
-            per-thread stream.
+            per-thread stream; other streams' uses (hand-uses-*, vpmm_record_stream): deferred
+            frees against their own stream, slow paths and OOM, bad pointers, a gate stream being
+            captured (by vpmm and outside it) at the free, a capture's allocation recorded and
+            freed in and after captures, legacy gates during a capture, per-thread streams of
+            other threads as gates, checkpoints refused over a deferred free (and reapplies
+            keeping uses, a graph pool dissolving with one), driver failures around them.
 
 The output is deterministic (fixed seeds, sorted traces). Usage:
   tests/fuzz/make_corpus.py [--out DIR]      (default: tests/fuzz/corpus next to this script)
-  tests/fuzz/make_corpus.py --upgrade FILE...  rewrites inputs of the first encoding (no second
-                                             config byte) in place: they decode as before
+  tests/fuzz/make_corpus.py --upgrade FILE...  rewrites inputs of the second encoding (23 a
+                                             MALLOC, before RECORD_STREAM) in place: they
+                                             decode as before
+  tests/fuzz/make_corpus.py --upgrade --from 1 FILE...  the same for the first encoding (no
+                                             second config byte)
 """
 import argparse
 import gzip
@@ -44,7 +54,7 @@ KiB = 1 << 10
 # Opcodes (fuzz_ops.c).
 (MALLOC, FREE, FREE_BAD, WORK, STREAM_RELEASE, CAPTURE_BEGIN, CAPTURE_END, EXT_BEGIN, EXT_END,
  CAPTURE_REGISTER, CAPTURE_GP, GRAPH_DESTROY, EXEC, GP_CREATE, GP_REF, CK_TAKE, CK_REAPPLY,
- CK_DESTROY, TRIM, FAULT, INSPECT, SYNC, THREAD) = range(23)
+ CK_DESTROY, TRIM, FAULT, INSPECT, SYNC, THREAD, RECORD_STREAM) = range(24)
 
 # Stream operand slots: 0 NULL, 1 CU_STREAM_LEGACY, 2..5 created streams, 6 CU_STREAM_PER_THREAD
 # (the per-thread stream of the thread running the operation; NULL too when config2 says so).
@@ -174,6 +184,16 @@ class Prog:
         """The following operations run on thread t (0 main, 1-3 workers)."""
         return self.op(THREAD, (1, t))
 
+    def record(self, s, serial):
+        """vpmm_record_stream(the live allocation of malloc #serial, s), s named by the thread
+        running it."""
+        return self.op(RECORD_STREAM, (1, s), (1, 0), (2, serial), (4, 0))
+
+    def record_bad(self, s, kind, v=0, off=0):
+        """vpmm_record_stream of FREE_BAD's address kind (0 NULL, 1 freed, 2 interior, 3 stack,
+        4 heap/static, 5 another pool's, 6 near the pool's memory)."""
+        return self.op(RECORD_STREAM, (1, s), (1, 0x80 | kind), (2, v), (4, off))
+
     def bytes(self):
         return bytes(self.b)
 
@@ -191,9 +211,12 @@ def load_trace(path):
     return ops
 
 
-def trace_seed(ops, start, count, cfg, memory, spread, rng, threads=False):
+def trace_seed(ops, start, count, cfg, memory, spread, rng, threads=False, uses=False):
     """Operations for events [start, start + count) of a trace. threads: each trace stream is the
-    per-thread stream of one of the four threads, blocks are freed by any thread."""
+    per-thread stream of one of the four threads, blocks are freed by any thread. uses: a quarter
+    of the blocks are also used by another stream (another thread's per-thread stream with
+    threads), which enqueues one kernel and is recorded on the block (vpmm_record_stream); that
+    stream advances by one when the block's free completes."""
     window = ops[start:start + count]
     live, peak, cur, biggest = {}, 0, 0, 1
     for kind, addr, size, _ in window:
@@ -208,7 +231,7 @@ def trace_seed(ops, start, count, cfg, memory, spread, rng, threads=False):
     while peak // scale > memory * 6 // 10 or biggest // scale > 24 * MiB:
         scale *= 2
     p = Prog(cfg)
-    serial_of, stream_of = {}, {}
+    serial_of, stream_of, used_by = {}, {}, {}
     streams = sorted({s for _, _, _, s in window})
     cur = 0  # the thread running operations (threads=True)
 
@@ -235,6 +258,18 @@ def trace_seed(ops, start, count, cfg, memory, spread, rng, threads=False):
             else:
                 serial_of[addr] = p.malloc(s, max(1, size // scale))
                 p.enqueue(s)
+            if uses and rng.random() < 0.25:
+                if threads:  # another thread's per-thread stream
+                    u = (cur + 1 + rng.randrange(3)) % 4
+                    on(u)
+                    used_by[addr] = (PT, u)
+                    p.record(PT, serial_of[addr])
+                    p.enqueue(PT)
+                else:
+                    u = rng.choice([o for o in (NULLS, S1, S2, S3, S4) if o != s])
+                    used_by[addr] = u
+                    p.enqueue(u)
+                    p.record(u, serial_of[addr])
         elif kind == "f":
             if addr in serial_of:
                 if threads and rng.random() < 0.5:
@@ -247,6 +282,12 @@ def trace_seed(ops, start, count, cfg, memory, spread, rng, threads=False):
                     p.advance(PT, other=(s[1] - cur) % 4)
                 else:
                     p.advance(s)
+            if addr in used_by:
+                u = used_by.pop(addr)
+                if threads:
+                    p.advance(PT, other=(u[1] - cur) % 4)
+                else:
+                    p.advance(u)
         if rng.random() < 0.004:
             p.inspect(rng.choice([0, 1]))
     p.inspect(1)
@@ -286,6 +327,16 @@ def trace_seeds(out):
             memory = memories[mem] // (4 if page == 1 else 1)
             data = trace_seed(ops, start, count, cfg, memory, spread=False, rng=rng, threads=True)
             write(out, "trace-%s-ptds-%d" % (base, k), data)
+            written += 1
+        for k in range(2):  # a quarter of the blocks used by another stream too
+            count = rng.choice([400, 800, 1500])
+            start = rng.randrange(0, max(1, len(ops) - count))
+            page, mem, cache = (k * 2 + 1) % 4, rng.randrange(4), rng.randrange(4)
+            cfg = config(page, mem, cache)
+            memory = memories[mem] // (4 if page == 1 else 1)
+            data = trace_seed(ops, start, count, cfg, memory, spread=(k == 0), rng=rng,
+                              threads=(k == 1), uses=True)
+            write(out, "trace-%s-uses-%d" % (base, k), data)
             written += 1
     return written
 
@@ -741,22 +792,292 @@ def ptds_default(cfg):
     return p.bytes()
 
 
+# ---- other streams' uses (vpmm_record_stream) ----------------------------------------------------
+
+def uses_basic(cfg):
+    """Blocks recorded on other streams with work pending, freed: deferred until that work is
+    done — reused by nobody, their own stream included, through slow paths (defragmentation, trim)
+    and OOM — then reusable again; the own stream and a second record change nothing; every kind
+    of bad pointer; a block recorded on the legacy stream and on several streams."""
+    p = Prog(cfg)
+    x = p.malloc(S1, 3 * MiB)
+    p.enqueue(S1)
+    p.enqueue(S2, 2)
+    p.record(S2, x)
+    p.record(S1, x)  # its own stream: nothing
+    p.record(S2, x)  # again: nothing
+    y = p.malloc(S1, 5000)
+    p.enqueue(S3)
+    p.record(S3, y)
+    p.enqueue(LEGACY)
+    p.record(LEGACY, y)
+    p.record(NULLS, y)  # another record of the legacy stream
+    z = p.malloc(S4, 700 * KiB)
+    p.record(S2, z)
+    for kind in range(7):
+        p.record_bad(S2, kind, v=1, off=300)
+    p.free(x)  # deferred: S2's two items
+    p.record(S3, x)  # freed: DOUBLE_FREE
+    p.inspect(1).inspect(0)
+    a = p.malloc(S1, 3 * MiB)  # its own stream may not have it
+    p.malloc(S4, 3 * MiB)
+    p.trim(2)  # a slow path: still deferred
+    p.malloc(S3, 20 * MiB)  # defragmentation may not move it
+    p.advance(S2)
+    p.trim(2)
+    p.inspect(1)
+    p.free(y)  # S3 and the legacy stream
+    p.free(z)  # no work pending on S2 beyond what x waits for
+    p.malloc(S1, 5000)
+    p.complete(S2)
+    p.malloc(S1, 3 * MiB)  # x's memory is S1's again
+    p.advance(LEGACY)
+    p.malloc(S2, 5000)
+    p.complete_all()
+    p.trim(0)
+    p.free(a)
+    b = p.malloc(S2, 9 * MiB)
+    p.enqueue(S1)
+    p.record(S1, b)
+    p.enqueue(S2)
+    p.free(b)  # its own stream and S1 pending
+    p.malloc(S3, 30 * MiB)  # out of memory, maybe: b cannot be taken
+    p.malloc(S2, 9 * MiB)
+    p.complete(S1)
+    p.malloc(S4, 9 * MiB)  # must wait for S2 now, as any other stream
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def uses_captures(cfg):
+    """The gate stream is being captured at the free (its marker comes later), by vpmm and
+    outside it; a capture's allocation recorded on another stream and freed after the capture
+    (deferred in its graph pool, which a later capture may not reuse); one freed during its own
+    capture; legacy records while a capture runs."""
+    p = Prog(cfg)
+    p.gp_create()
+    x = p.malloc(S1, 2 * MiB)
+    p.enqueue(S2)
+    p.record(S2, x)
+    p.capture_begin(S2, gp=0)
+    p.malloc(S2, 1 * MiB)
+    p.free(x)  # S2 is being captured: its gate is recorded later
+    p.malloc(S1, 2 * MiB)
+    p.malloc(S3, 2 * MiB)
+    p.trim(2)
+    p.capture_end(S2)
+    p.trim(2)
+    p.complete(S2)
+    p.trim(2)
+    p.malloc(S1, 2 * MiB)
+    p.capture_begin(S1, gp=0)
+    c = p.malloc(S1, 64 * KiB)
+    p.capture_end(S1)
+    p.enqueue(S3)
+    p.record(S3, c)
+    p.free(c)  # deferred in g0
+    p.capture_begin(S1, gp=0)
+    p.malloc(S1, 64 * KiB)  # not c's memory
+    d = p.malloc(S1, 100 * KiB)
+    p.enqueue(S4)
+    p.record(S4, d)
+    p.free(d)  # during its own capture
+    p.malloc(S1, 100 * KiB)
+    p.capture_end(S1)
+    e = p.malloc(S2, 300 * KiB)
+    p.enqueue(S4)
+    p.record(S4, e)
+    p.enqueue(LEGACY)
+    p.record(LEGACY, e)
+    p.ext_begin(S4)  # captured outside vpmm at the free
+    p.free(e)
+    p.malloc(S2, 300 * KiB)
+    p.ext_end(S4, keep_graph=1)
+    p.capture_begin(S3, gp=255)
+    f = p.malloc(S1, 2 * MiB)
+    p.enqueue(LEGACY)
+    p.record(LEGACY, f)
+    p.free(f)  # the legacy gate: no legacy work while vpmm knows of a capture
+    p.malloc(S3, 2 * MiB)
+    p.capture_end(S3)
+    p.advance(S3)
+    p.trim(0)
+    p.complete_all()
+    p.trim(2)
+    p.graph_destroy(0).graph_destroy(0).graph_destroy(0)
+    p.gp_ref(True, 0)
+    p.malloc(S1, 2 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def uses_ptds(cfg, cfg2):
+    """Per-thread streams: a thread's block recorded on other threads' per-thread streams
+    (0x2 named by each), freed by a fourth thread: no thread's stream — the owner's included —
+    gets it before those threads' work is done; records from a thread whose stream is capturing;
+    the other threads' streams advanced through their keys."""
+    p = Prog(cfg, cfg2)
+    blocks = {}
+    for t in range(4):
+        p.thread(t)
+        blocks[t] = [p.malloc(PT, sz) for sz in (2 * MiB, 300 * KiB, 4000)]
+        p.enqueue(PT)
+    p.thread(1)
+    p.record(PT, blocks[0][0])  # thread 1's stream uses thread 0's block
+    p.enqueue(PT, 2)
+    p.thread(2)
+    p.record(PT, blocks[0][0])
+    p.record(LEGACY, blocks[1][0])
+    p.record(PT, blocks[3][1])
+    p.enqueue(PT)
+    p.thread(3)
+    p.free(blocks[0][0])  # gates on threads 1 and 2's streams, freed from thread 3
+    p.free(blocks[1][0])
+    p.free(blocks[3][1])  # its own: thread 2's stream still works
+    p.malloc(PT, 300 * KiB)
+    p.thread(0)
+    p.malloc(PT, 2 * MiB)  # the owner's stream may not have it
+    p.malloc(S1, 20 * MiB)  # a slow path
+    p.advance(PT, 1, other=2)  # thread 2's stream
+    p.thread(3)
+    p.malloc(PT, 2 * MiB)
+    p.trim(2)
+    p.advance(PT, 2, other=2)  # thread 1's, from thread 3
+    p.trim(2)
+    p.thread(0)
+    p.malloc(PT, 2 * MiB)
+    p.thread(1)
+    p.capture_begin(PT, mode=GLOBAL)
+    g = p.malloc(PT, 50 * KiB)
+    p.thread(2)
+    p.record(PT, blocks[0][1])
+    p.enqueue(PT)
+    p.thread(1)
+    p.record(PT, blocks[0][2])  # recorded by the capturing thread: no driver call
+    p.thread(3)
+    p.free(blocks[0][1])
+    p.free(blocks[0][2])  # thread 1's stream captures: its gate comes later
+    p.malloc(PT, 300 * KiB)
+    p.trim(0)
+    p.thread(1)
+    p.free(g)
+    p.capture_end(PT)
+    p.thread(0)
+    p.trim(2)
+    p.work(PT, 4)
+    p.complete_all()
+    p.trim(2)
+    for t in range(4):
+        p.thread(t)
+        p.malloc(PT, 300 * KiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def uses_checkpoint(cfg):
+    """A graph pool's allocations used by another stream: a deferred free refuses a reapply
+    (exactly CHECKPOINT_CONFLICT, nothing changed) until that stream is done; a reapply keeps a
+    surviving allocation's uses; a revived one has none; the graph pool dissolves with a deferred
+    free in it (it ends in the shared pool, still deferred)."""
+    p = Prog(cfg)
+    p.gp_create()
+    p.capture_begin(S1, gp=0)
+    out = p.malloc(S1, 64 * KiB)
+    keep = p.malloc(S1, 1 * MiB)
+    p.capture_end(S1)
+    p.ck_take(0)
+    p.enqueue(S2)
+    p.record(S2, out)  # G1's output read on S2
+    p.capture_begin(S1, gp=0)
+    tmp = p.malloc(S1, 64 * KiB)
+    p.capture_end(S1)
+    p.enqueue(S2)
+    p.record(S2, tmp)
+    p.free(tmp)  # deferred: S2 may still read it
+    p.ck_reapply(0, 0)  # refused
+    p.ck_reapply(0, 0, dead=3, mask=1)  # a bad dead list: that first
+    p.inspect(7, 0)
+    p.complete(S2)
+    p.ck_reapply(0, 0)  # released first, then reapplied
+    p.enqueue(S2)
+    p.free(out)  # out survived with its use: deferred again
+    p.ck_reapply(0, 0)  # refused
+    p.complete(S2)
+    p.ck_reapply(0, 0, dead=1, mask=2)  # out revived; keep dead
+    p.enqueue(S3)
+    p.record(S3, out)
+    p.ck_take(0)
+    p.capture_begin(S1, gp=0)
+    t2 = p.malloc(S1, 200 * KiB)
+    p.capture_end(S1)
+    p.enqueue(S4)
+    p.record(S4, t2)
+    p.ck_reapply(0, 1)  # t2 dropped: its uses go with it
+    p.free(out)
+    p.ck_reapply(0, 1)  # refused: S3 still reads out
+    p.trim(0)
+    p.graph_destroy(0).graph_destroy(0).graph_destroy(0)
+    p.ck_destroy(0).ck_destroy(0)
+    p.gp_ref(True, 0)  # g0 dissolves with out deferred in it
+    p.malloc(S3, 64 * KiB)
+    p.malloc(S1, 64 * KiB)
+    p.inspect(1)
+    p.complete(S3)
+    p.trim(2)
+    p.malloc(S3, 64 * KiB)
+    p.complete_all()
+    p.trim(0)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def uses_faults(cfg, rng):
+    """Driver failures around deferred frees: the gate's marker fails at the free (recorded
+    later), polls fail, growth fails while memory is deferred."""
+    p = Prog(cfg)
+    live = []
+    for i in range(60):
+        s = S1 + rng.randrange(4)
+        r = rng.randrange(6)
+        if r < 2 or not live:
+            live.append(p.malloc(s, rng.choice([300, 70000, 3 * MiB])))
+            p.enqueue(s)
+        elif r == 2:
+            o = S1 + (s - S1 + 1 + rng.randrange(3)) % 4
+            p.enqueue(o)
+            p.record(o, live[rng.randrange(len(live))])
+        elif r == 3:
+            p.fault(0, rng.choice([EVENT_RECORD, EVENT_QUERY, EVENT_CREATE, MEM_CREATE]),
+                    rng.randrange(3), oom=rng.random() < 0.5)
+            p.free(live.pop(rng.randrange(len(live))))
+        elif r == 4:
+            p.fault(0, rng.choice([EVENT_QUERY, EVENT_RECORD, MEM_MAP]), rng.randrange(3))
+            p.malloc(s, rng.choice([2 * MiB, 9 * MiB]))
+        else:
+            p.advance(S1 + rng.randrange(4), rng.randrange(1, 3))
+            p.trim(2)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
 def write(out, name, data):
     with open(os.path.join(out, name), "wb") as f:
         f.write(data)
 
 
-# ---- inputs of the first encoding ----------------------------------------------------------------
+# ---- inputs of earlier encodings -----------------------------------------------------------------
 
-# The first encoding had no second config byte, stream operands s % 6 and opcode 22 as a MALLOC;
-# per opcode, its operand bytes and where its stream operand is (for upgrade()).
+# Encoding 1 had no second config byte, stream operands s % 6 and opcode 22 as a MALLOC; per
+# opcode, its operand bytes and where its stream operand is (for upgrade_v1()).
 V1_OPERANDS = [6, 2, 7, 3, 1, 3, 1, 1, 2, 2, 1, 1, 3, 0, 2, 1, 7, 1, 3, 3, 2, 0]
 V1_STREAM_AT = {MALLOC: 0, WORK: 0, STREAM_RELEASE: 0, CAPTURE_BEGIN: 0, CAPTURE_END: 0,
                 EXT_BEGIN: 0, EXT_END: 0, CAPTURE_REGISTER: 0, CAPTURE_GP: 0, EXEC: 2}
+# Encoding 2 added the second config byte and THREAD (22, one operand byte); 23-26 were MALLOC.
+V2_OPERANDS = V1_OPERANDS + [1]
 
 
-def upgrade(data):
-    """An input of the first encoding, rewritten to decode to the same operations now: a zero
+def upgrade_v1(data):
+    """An input of encoding 1, rewritten to decode to the same operations in encoding 2: a zero
     second config byte (stream 0 legacy), each stream operand reduced mod 6, opcode 22 (then a
     MALLOC, now THREAD) written as 23 (a MALLOC). Truncated operands stay truncated."""
     if not data:
@@ -780,19 +1101,52 @@ def upgrade(data):
     return bytes(out)
 
 
+def upgrade_v2(data):
+    """An input of encoding 2, rewritten to decode to the same operations in encoding 3: opcode 23
+    (then a MALLOC, now RECORD_STREAM) written as 24 (a MALLOC, the upper three bits kept). Nothing
+    else changed: operands, config bytes and truncated tails stay as they are."""
+    if len(data) < 2:
+        return data
+    out = bytearray(data[:2])
+    pos = 2
+    while pos < len(data):
+        raw = data[pos]
+        pos += 1
+        op = raw & 31
+        if op >= 23:
+            op = MALLOC if op < 27 else FREE
+        if raw & 31 == 23:
+            raw += 1
+        out.append(raw)
+        out += data[pos:pos + V2_OPERANDS[op]]
+        pos += V2_OPERANDS[op]
+    return bytes(out)
+
+
+def upgrade(data, version=2):
+    """An input of encoding `version` (1 or 2), rewritten for the current one (3)."""
+    if version == 1:
+        data = upgrade_v1(data)
+    return upgrade_v2(data)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "corpus"))
     ap.add_argument("--upgrade", nargs="+", metavar="FILE",
-                    help="rewrite inputs of the first encoding (before the second config byte) "
-                         "in place, and write no corpus")
+                    help="rewrite inputs of an earlier encoding (--from) in place for the "
+                         "current one, and write no corpus")
+    ap.add_argument("--from", dest="version", type=int, choices=(1, 2), default=2,
+                    help="the encoding of the --upgrade inputs: 2 (before RECORD_STREAM, the "
+                         "default) or 1 (before the second config byte)")
     args = ap.parse_args()
     if args.upgrade:
         for path in args.upgrade:
             with open(path, "rb") as f:
                 data = f.read()
-            write(os.path.dirname(path) or ".", os.path.basename(path), upgrade(data))
-            print("upgraded %s" % path)
+            new = upgrade(data, args.version)
+            write(os.path.dirname(path) or ".", os.path.basename(path), new)
+            print("upgraded %s%s" % (path, "" if new != data else " (unchanged)"))
         return 0
     os.makedirs(args.out, exist_ok=True)
     for name in os.listdir(args.out):
@@ -817,7 +1171,12 @@ def main():
         write(args.out, "hand-ptds-default-%d" % i, ptds_default(cfg))
         write(args.out, "hand-ptds-legacy-work-%d" % i, ptds_legacy_work(cfg))
         write(args.out, "hand-ptds-unseen-capture-%d" % i, ptds_unseen_capture(cfg))
-        n += 14
+        write(args.out, "hand-uses-basic-%d" % i, uses_basic(cfg))
+        write(args.out, "hand-uses-captures-%d" % i, uses_captures(cfg))
+        write(args.out, "hand-uses-ptds-%d" % i, uses_ptds(cfg, config2(i == 1)))
+        write(args.out, "hand-uses-checkpoint-%d" % i, uses_checkpoint(cfg))
+        write(args.out, "hand-uses-faults-%d" % i, uses_faults(cfg, random.Random(100 + i)))
+        n += 19
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print("%d seeds, %d bytes in %s" % (n, total, args.out))
 
