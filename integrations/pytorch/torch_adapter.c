@@ -468,16 +468,25 @@ void vta_get_stats(vta_device_t *d, vta_stats_t *out)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* Every per-pool-type array of s (each VTA_NTYPES long), for the resets. */
+enum { STAT_ARRAYS = 9 };
+static void stat_arrays(vta_stats_t *s, vta_stat_t *out[STAT_ARRAYS])
+{
+    vta_stat_t *all[STAT_ARRAYS] = { s->allocation,      s->segment,
+                                     s->active,          s->inactive_split,
+                                     s->allocated_bytes, s->reserved_bytes,
+                                     s->active_bytes,    s->inactive_split_bytes,
+                                     s->requested_bytes };
+    memcpy(out, all, sizeof all);
+}
+
 void vta_reset_peak(vta_device_t *d)
 {
-    vta_stat_t *arrays[] = { d->stats.allocation,      d->stats.segment,
-                             d->stats.active,          d->stats.inactive_split,
-                             d->stats.allocated_bytes, d->stats.reserved_bytes,
-                             d->stats.active_bytes,    d->stats.inactive_split_bytes,
-                             d->stats.requested_bytes };
+    vta_stat_t *arrays[STAT_ARRAYS];
+    stat_arrays(&d->stats, arrays);
     (void)vpmm_reset_peak_stats(d->pool);
     pthread_mutex_lock(&d->lock);
-    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+    for (size_t i = 0; i < STAT_ARRAYS; i++)
         for (int t = 0; t < VTA_NTYPES; t++)
             arrays[i][t].peak = arrays[i][t].current;
     pthread_mutex_unlock(&d->lock);
@@ -485,15 +494,12 @@ void vta_reset_peak(vta_device_t *d)
 
 void vta_reset_accumulated(vta_device_t *d)
 {
-    vta_stat_t *arrays[] = { d->stats.allocation,      d->stats.segment,
-                             d->stats.active,          d->stats.inactive_split,
-                             d->stats.allocated_bytes, d->stats.reserved_bytes,
-                             d->stats.active_bytes,    d->stats.inactive_split_bytes,
-                             d->stats.requested_bytes };
+    vta_stat_t *arrays[STAT_ARRAYS];
     vpmm_stats_t s;
     int have = vpmm_get_stats(d->pool, &s) == VPMM_SUCCESS;
+    stat_arrays(&d->stats, arrays);
     pthread_mutex_lock(&d->lock);
-    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+    for (size_t i = 0; i < STAT_ARRAYS; i++)
         for (int t = 0; t < VTA_NTYPES; t++)
             arrays[i][t].allocated = arrays[i][t].freed = 0;
     d->stats.num_alloc_retries = d->stats.num_ooms = 0;
