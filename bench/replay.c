@@ -1,6 +1,6 @@
 /*
- * replay.c — vpmm-replay: replays an allocation trace (docs/TRACE_FORMAT.md) against vpmm or a baseline
- * and reports footprint (peak device memory / peak live bytes) and per-call latency.
+ * replay.c — vpmm-replay: replays an allocation trace (docs/TRACE_FORMAT.md) against vpmm or a
+ * baseline and reports footprint (peak device memory / peak live bytes) and per-call latency.
  *
  *   vpmm-replay [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--svg FILE]
  *               [--verify] [--quiet] TRACE

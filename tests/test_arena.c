@@ -475,7 +475,7 @@ static void test_malloc_failure_changes_nothing(void **state)
     assert_null(x);
     assert_int_equal(a->c.ooms, 1);
     assert_int_equal(t.pool->c.ooms, 0); /* vpmm_malloc counts and reports it (test_graph) */
-    assert_int_equal(a->chunks, 0); /* the chunk reserved for the growth was given back */
+    assert_int_equal(a->chunks, 0);      /* the chunk reserved for the growth was given back */
     after = tsnap(t.pool);
     assert_int_equal(after.regions, before.regions);
     assert_int_equal(after.layout_hash, before.layout_hash);
