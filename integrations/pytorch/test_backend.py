@@ -7,16 +7,21 @@ memory_allocated, max_memory_reserved, reset_peak_memory_stats, empty_cache,
 set_per_process_memory_fraction, _snapshot with and without recorded history), an
 OutOfMemoryError carrying vpmm's report with the OOM observer called, Tensor.record_stream
 holding a block back until the other stream's work is done, torch.cuda.graph sharing one graph
-pool through pool=, graph_pool_handle(), and torch.compile(mode="reduce-overhead") — CUDA graph
-trees with several branches — equal to eager. vpmm's invariants are checked after every test.
+pool through pool=, graph_pool_handle(), a MemPool with its own allocator (its memory from that
+allocator, counted in the statistics and its snapshot), and torch.compile(mode="reduce-overhead")
+— CUDA graph trees with several branches — equal to eager. vpmm's invariants are checked after every test.
 
 Needs PyTorch, a CUDA device and libvpmm_torch_backend.so (VPMM_TORCH_BACKEND or the build
 tree); without them every test reports itself skipped. Run:
 
     PYTHONPATH=integrations/pytorch python3 integrations/pytorch/test_backend.py -v
 """
+import ctypes
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,6 +41,49 @@ else:
     SKIP_WHY = "no CUDA device"
 
 MiB = 1 << 20
+
+# A MemPool's own allocator for test_mempool_with_its_own_allocator: device memory from the driver
+# (libcuda.so.1, the one PyTorch uses; no second CUDA runtime in the process), calls counted.
+EXT_ALLOCATOR_C = r"""
+#include <dlfcn.h>
+#include <stddef.h>
+typedef int (*mem_alloc_t)(unsigned long long *, size_t);
+typedef int (*mem_free_t)(unsigned long long);
+int ext_allocs, ext_frees;
+static mem_alloc_t mem_alloc;
+static mem_free_t mem_free;
+void *ext_alloc(size_t size, int device, void *stream)
+{
+    unsigned long long p = 0;
+    (void)device, (void)stream;
+    if (!mem_alloc) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW);
+        mem_alloc = (mem_alloc_t)dlsym(h, "cuMemAlloc_v2");
+        mem_free = (mem_free_t)dlsym(h, "cuMemFree_v2");
+    }
+    if (mem_alloc(&p, size) != 0)
+        return NULL;
+    ext_allocs++;
+    return (void *)p;
+}
+void ext_free(void *ptr, size_t size, int device, void *stream)
+{
+    (void)size, (void)device, (void)stream;
+    mem_free((unsigned long long)ptr);
+    ext_frees++;
+}
+"""
+
+
+def build_ext_allocator(tmp):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise unittest.SkipTest("no C compiler to build the MemPool's allocator")
+    src, lib = os.path.join(tmp, "ext.c"), os.path.join(tmp, "libext.so")
+    with open(src, "w") as f:
+        f.write(EXT_ALLOCATOR_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", lib, src, "-ldl"], check=True)
+    return lib
 
 
 @unittest.skipUnless(HAVE_GPU, SKIP_WHY)
@@ -202,6 +250,41 @@ class Backend(unittest.TestCase):
             torch.testing.assert_close(out2, (ref1 * 2).sum(dim=0))
         del g1, g2, out1, out2
         torch.cuda.synchronize()
+
+    def test_mempool_with_its_own_allocator(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            lib = build_ext_allocator(tmp)
+            counters = ctypes.CDLL(lib)
+            allocs = ctypes.c_int.in_dll(counters, "ext_allocs")
+            frees = ctypes.c_int.in_dll(counters, "ext_frees")
+            alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "ext_alloc", "ext_free")
+            pool = torch.cuda.MemPool(alloc.allocator())
+            self.assertEqual(pool.use_count(), 1)
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            base_reserved = torch.cuda.memory_reserved()
+            with torch.cuda.use_mem_pool(pool):
+                x = torch.full((MiB,), 3.0, device="cuda")  # 4 MiB from the pool's allocator
+                self.assertEqual(pool.use_count(), 2)
+            self.assertEqual(allocs.value, 1)
+            self.assertEqual(torch.cuda.memory_allocated(), base + 4 * MiB)
+            self.assertEqual(torch.cuda.memory_reserved(), base_reserved + 4 * MiB)
+            segs = pool.snapshot()
+            self.assertEqual(len(segs), 1)
+            self.assertEqual(segs[0]["address"], x.data_ptr())
+            self.assertEqual(segs[0]["total_size"], 4 * MiB)
+            y = torch.ones(1000, device="cuda")  # outside the pool: vpmm's
+            self.assertEqual(allocs.value, 1)
+            self.assertEqual(x.sum().item(), 3.0 * MiB)
+            self.assertEqual(y.sum().item(), 1000)
+            del pool  # released while x lives: x keeps its allocator
+            torch.cuda.synchronize()
+            del x
+            self.assertEqual(frees.value, 1)
+            after = torch.cuda.memory_allocated() - base  # y alone, rounded up
+            self.assertGreaterEqual(after, 4000)
+            self.assertLess(after, 8192)
+            del y
 
     def test_compile_reduce_overhead_tree(self):
         torch.manual_seed(0)

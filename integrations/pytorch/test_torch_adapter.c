@@ -8,7 +8,8 @@
  * recording and applied before the next (the CheckpointDelta: allocations freed and made live
  * again), checkPoolLiveAllocations, DeviceStats as PyTorch reads them (allocated, requested,
  * small/large, reserved, num_ooms, peaks and their reset), snapshot segments whose blocks tile
- * them and name their pool, emptyCache, recordStream, the OOM message; and the stats JSON the
+ * them and name their pool, a MemPool with its own allocator (counted, in snapshots, never served
+ * by vpmm), emptyCache, recordStream, the OOM message; and the stats JSON the
  * Python side reads (stats_json.c).
  */
 #include <setjmp.h>
@@ -313,6 +314,104 @@ static void test_snapshot(void **state)
 }
 
 /* recordStream: vpmm's; another allocator's pointer is ignored, as the native allocator does. */
+/* A MemPool with its own allocator: the C++ layer calls that allocator; the adapter counts its
+ * allocations (allocation, segment, reserved, device allocs) and shows them in snapshots; its id
+ * is never a vpmm graph pool, and vpmm never serves it. */
+static void test_external_pool(void **state)
+{
+    fixture_t f;
+    const vta_pool_id_t own = { 0, 7 }, tree = { 0, 8 }, unknown = { 0, 9 };
+    vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x5700;
+    void *mine = (void *)(uintptr_t)0x7f0000100000, *p = NULL, *v;
+    vta_stats_t before, st;
+    vta_segment_t *segs;
+    size_t n, size = 0;
+    (void)state;
+    open_fx(&f, 0);
+    v = talloc(&f, 3 * MiB, s, SHARED);
+    vta_get_stats(&f.d, &before);
+    assert_int_equal(vta_pool_incref_external(&f.d, SHARED), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_pool_incref_external(&f.d, own), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_use_count(&f.d, own), 1);
+    assert_int_equal(vta_pool_is_external(&f.d, own), 1);
+    assert_int_equal(vta_pool_is_external(&f.d, SHARED), 0);
+    /* one id, one kind of pool: use_mem_pool references it as it is */
+    assert_int_equal(vta_pool_incref(&f.d, own), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_use_count(&f.d, own), 2);
+    assert_int_equal(vta_pool_is_external(&f.d, own), 1);
+    assert_int_equal(vta_pool_decref(&f.d, own), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_incref(&f.d, tree), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_incref_external(&f.d, tree), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_pool_is_external(&f.d, tree), 0);
+    /* vpmm does not serve it, and only its pool's memory is counted as its */
+    assert_int_equal(vta_malloc(&f.d, 64, s, own, &p), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_external_add(&f.d, tree, mine, MiB, s), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_external_add(&f.d, unknown, mine, MiB, s), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_external_add(&f.d, own, NULL, MiB, s), VPMM_ERROR_INVALID_ARGUMENT);
+    vta_get_stats(&f.d, &st);
+    assert_memory_equal(&st.allocation, &before.allocation, sizeof st.allocation);
+
+    assert_int_equal(vta_external_add(&f.d, own, mine, 40 * MiB, s), VPMM_SUCCESS);
+    vta_get_stats(&f.d, &st);
+    for (int t = VTA_ALL; t <= VTA_LARGE; t += VTA_LARGE) {
+        assert_int_equal(st.allocation[t].current, before.allocation[t].current + 1);
+        assert_int_equal(st.allocated_bytes[t].current,
+                         before.allocated_bytes[t].current + (int64_t)(40 * MiB));
+        assert_int_equal(st.reserved_bytes[t].current,
+                         before.reserved_bytes[t].current + (int64_t)(40 * MiB));
+        assert_true(st.reserved_bytes[t].peak >= st.reserved_bytes[t].current);
+        assert_int_equal(st.segment[t].current, before.segment[t].current + 1);
+    }
+    assert_int_equal(st.reserved_bytes[VTA_SMALL].current, 0);
+    assert_int_equal(st.num_device_alloc, before.num_device_alloc + 1);
+
+    /* snapshots: the whole device shows it; the pool's own shows only it */
+    assert_int_equal(vta_snapshot(&f.d, SHARED, 1, &segs, &n), VPMM_SUCCESS);
+    {
+        size_t found = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (segs[i].address != (uintptr_t)mine)
+                continue;
+            found++;
+            assert_int_equal(segs[i].total_size, 40 * MiB);
+            assert_int_equal(segs[i].pool.second, own.second);
+            assert_int_equal(segs[i].nblocks, 1);
+            assert_int_equal(segs[i].blocks[0].allocated, 1);
+            assert_ptr_equal(segs[i].stream, s);
+        }
+        assert_int_equal(found, 1);
+    }
+    vta_snapshot_free(segs, n);
+    assert_int_equal(vta_snapshot(&f.d, own, 0, &segs, &n), VPMM_SUCCESS);
+    assert_int_equal(n, 1);
+    assert_int_equal(segs[0].address, (uintptr_t)mine);
+    vta_snapshot_free(segs, n);
+    assert_int_equal(vta_snapshot(&f.d, tree, 0, &segs, &n), VPMM_SUCCESS);
+    assert_int_equal(n, 0); /* the graph pool holds nothing */
+    vta_snapshot_free(segs, n);
+
+    /* the pool released while its memory is live: the allocation stays counted until freed */
+    assert_int_equal(vta_pool_decref(&f.d, own), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_use_count(&f.d, own), 0);
+    assert_int_equal(vta_external_remove(&f.d, v, &size), 0); /* vpmm's own: not external */
+    assert_int_equal(vta_external_remove(&f.d, mine, &size), 1);
+    assert_int_equal(size, 40 * MiB);
+    assert_int_equal(vta_external_remove(&f.d, mine, &size), 0);
+    vta_get_stats(&f.d, &st);
+    for (int t = 0; t < VTA_NTYPES; t++) {
+        assert_int_equal(st.allocation[t].current, before.allocation[t].current);
+        assert_int_equal(st.reserved_bytes[t].current, before.reserved_bytes[t].current);
+        assert_int_equal(st.segment[t].current, before.segment[t].current);
+    }
+    assert_int_equal(st.num_device_free, before.num_device_free + 1);
+    vta_reset_accumulated(&f.d);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.reserved_bytes[VTA_ALL].allocated, 0);
+    assert_int_equal(vta_pool_decref(&f.d, tree), VPMM_SUCCESS);
+    assert_int_equal(vta_free(&f.d, v), VPMM_SUCCESS);
+    close_fx(&f);
+}
+
 static void test_record_stream(void **state)
 {
     fixture_t f;
@@ -369,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_pool_ids),
         cmocka_unit_test(test_checkpoint_delta),
         cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_external_pool),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_stats_json),
     };

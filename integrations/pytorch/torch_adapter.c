@@ -17,6 +17,10 @@
  *   num_device_alloc / num_device_free             handles created / released
  *   num_alloc_retries, num_sync_all_streams        0: vpmm never retries a malloc nor synchronises
  *   max_split_size                                 -1 (PyTorch's "unset"); oversize_*: 0
+ * A MemPool with its own allocator (vta_pool_incref_external): its allocations come from that
+ * allocator (the C++ layer calls it), never from vpmm; each counts as an allocation and as a
+ * segment of its own (reserved, num_device_alloc/free), and shows as a one-block segment of its
+ * pool in snapshots — the native allocator's view of memory it got from a pool's allocator.
  * Peaks: the ones kept here follow each change; the pool's come from vpmm (peak_mapped_bytes) or
  * from the highest value seen by vta_get_stats.
  *
@@ -122,8 +126,10 @@ int vta_device_init(vta_device_t *d, vpmm_pool_t *pool, int device)
 void vta_device_fini(vta_device_t *d)
 {
     for (size_t i = 0; i < d->npools; i++)
-        (void)vpmm_graph_pool_release(d->pools[i].gp);
+        if (d->pools[i].gp != NULL)
+            (void)vpmm_graph_pool_release(d->pools[i].gp);
     free(d->pools);
+    free(d->ext);
     pthread_mutex_destroy(&d->lock);
     memset(d, 0, sizeof *d);
 }
@@ -163,14 +169,18 @@ vpmm_status_t vta_free(vta_device_t *d, void *ptr)
     if (ptr == NULL)
         return VPMM_SUCCESS;
     st = vpmm_pointer_info(d->pool, ptr, &info);
-    if (st != VPMM_SUCCESS)
-        return st;
-    if (info.state != VPMM_REGION_ALLOCATED || info.addr != (uintptr_t)ptr)
+    return st == VPMM_SUCCESS ? vta_free_known(d, ptr, &info) : st;
+}
+
+vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_t *info)
+{
+    vpmm_status_t st;
+    if (info->state != VPMM_REGION_ALLOCATED || info->addr != (uintptr_t)ptr)
         return vpmm_free(d->pool, ptr); /* vpmm's status and message for a bad pointer */
     st = vpmm_free(d->pool, ptr);
     if (st == VPMM_SUCCESS) {
         pthread_mutex_lock(&d->lock);
-        count_alloc(d, info.requested, -1);
+        count_alloc(d, info->requested, -1);
         pthread_mutex_unlock(&d->lock);
     }
     return st;
@@ -196,7 +206,8 @@ const char *vta_oom_message(vta_device_t *d, size_t size, char *buf, size_t len)
 
 /* ---- mempool ids ---------------------------------------------------------------------------- */
 
-vpmm_status_t vta_pool_incref(vta_device_t *d, vta_pool_id_t id)
+/* One more reference to id: a vpmm graph pool, or (external) a pool of its own allocator. */
+static vpmm_status_t pool_incref(vta_device_t *d, vta_pool_id_t id, int external)
 {
     vta_pool_entry_t *e;
     vpmm_status_t st = VPMM_SUCCESS;
@@ -205,7 +216,12 @@ vpmm_status_t vta_pool_incref(vta_device_t *d, vta_pool_id_t id)
     pthread_mutex_lock(&d->lock);
     e = entry_of(d, id);
     if (e != NULL) {
-        e->use_count++;
+        /* beginAllocateToPool references an existing pool of either kind; a pool with its own
+         * allocator is never made from an id that already is a graph pool. */
+        if (external && e->gp != NULL)
+            st = VPMM_ERROR_INVALID_ARGUMENT;
+        else
+            e->use_count++;
     } else if (d->npools == d->cap &&
                (e = realloc(d->pools, (d->cap ? d->cap * 2 : 8) * sizeof *e)) == NULL) {
         st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
@@ -215,12 +231,96 @@ vpmm_status_t vta_pool_incref(vta_device_t *d, vta_pool_id_t id)
             d->pools = e;
             d->cap = d->cap ? d->cap * 2 : 8;
         }
-        st = vpmm_graph_pool_create(d->pool, &gp);
+        gp = NULL;
+        if (!external)
+            st = vpmm_graph_pool_create(d->pool, &gp);
         if (st == VPMM_SUCCESS)
             d->pools[d->npools++] = (vta_pool_entry_t){ id, gp, 1 };
     }
     pthread_mutex_unlock(&d->lock);
     return st;
+}
+
+vpmm_status_t vta_pool_incref(vta_device_t *d, vta_pool_id_t id)
+{
+    return pool_incref(d, id, 0);
+}
+
+vpmm_status_t vta_pool_incref_external(vta_device_t *d, vta_pool_id_t id)
+{
+    return pool_incref(d, id, 1);
+}
+
+int vta_pool_is_external(vta_device_t *d, vta_pool_id_t id)
+{
+    vta_pool_entry_t *e;
+    int yes;
+    pthread_mutex_lock(&d->lock);
+    e = entry_of(d, id);
+    yes = e != NULL && e->gp == NULL;
+    pthread_mutex_unlock(&d->lock);
+    return yes;
+}
+
+/* Counts an allocation of a pool with its own allocator coming (+1) or going (-1): as an
+ * allocation, and as a segment of its own (reserved memory), the native allocator's view of a
+ * pool whose every segment came from that allocator. Under d->lock. */
+static void count_external(vta_device_t *d, size_t size, int sign)
+{
+    const int types[2] = { VTA_ALL, rounded(size) <= VTA_SMALL_SIZE ? VTA_SMALL : VTA_LARGE };
+    count_alloc(d, size, sign);
+    for (int i = 0; i < 2; i++) {
+        void (*f)(vta_stat_t *, int64_t) = sign > 0 ? stat_increase : stat_decrease;
+        f(&d->ext_reserved[types[i]], (int64_t)size);
+        f(&d->ext_segment[types[i]], 1);
+    }
+    if (sign > 0)
+        d->ext_allocs++;
+    else
+        d->ext_frees++;
+}
+
+vpmm_status_t vta_external_add(vta_device_t *d, vta_pool_id_t id, void *ptr, size_t size,
+                               vpmm_stream_t stream)
+{
+    vta_pool_entry_t *e;
+    vpmm_status_t st = VPMM_SUCCESS;
+    pthread_mutex_lock(&d->lock);
+    e = entry_of(d, id);
+    if (e == NULL || e->gp != NULL || ptr == NULL) {
+        st = VPMM_ERROR_INVALID_ARGUMENT;
+    } else if (d->next == d->ext_cap) {
+        size_t cap = d->ext_cap ? d->ext_cap * 2 : 16;
+        vta_external_t *x = realloc(d->ext, cap * sizeof *x);
+        if (x == NULL) {
+            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        } else {
+            d->ext = x;
+            d->ext_cap = cap;
+        }
+    }
+    if (st == VPMM_SUCCESS) {
+        d->ext[d->next++] = (vta_external_t){ ptr, size, stream, id };
+        count_external(d, size, +1);
+    }
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+int vta_external_remove(vta_device_t *d, void *ptr, size_t *size)
+{
+    int found = 0;
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < d->next && !found; i++) {
+        if (d->ext[i].ptr == ptr) {
+            *size = d->ext[i].size;
+            count_external(d, d->ext[i].size, -1);
+            d->ext[i] = d->ext[--d->next];
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return found;
 }
 
 vpmm_status_t vta_pool_decref(vta_device_t *d, vta_pool_id_t id)
@@ -450,20 +550,27 @@ void vta_get_stats(vta_device_t *d, vta_stats_t *out)
         memset(&s, 0, sizeof s);
     (void)vpmm_pool_walk(d->pool, free_visit, &fw);
     pthread_mutex_lock(&d->lock);
-    for (int t = VTA_ALL; t <= VTA_LARGE; t += VTA_LARGE) { /* all and large: one page size */
-        vta_stat_t *r = &d->stats.reserved_bytes[t];
-        r->current = (int64_t)s.mapped_bytes;
-        r->peak = (int64_t)s.peak_mapped_bytes > r->peak ? (int64_t)s.peak_mapped_bytes : r->peak;
-        r->allocated = (int64_t)((s.pages_created - d->base_created) * s.page_size);
-        r->freed = (int64_t)((s.pages_released - d->base_released) * s.page_size);
-        stat_observe(&d->stats.segment[t], (int64_t)s.handles);
-    }
     for (int t = 0; t < VTA_NTYPES; t++) {
+        /* vpmm's pages count as large (one page size); pools with their own allocator add
+         * theirs (ext_*). A peak is the larger of what was seen and vpmm's own peak. */
+        const int pages = t != VTA_SMALL;
+        const vta_stat_t *x = &d->ext_reserved[t];
+        vta_stat_t *r = &d->stats.reserved_bytes[t];
+        int64_t own_peak = pages ? (int64_t)s.peak_mapped_bytes : 0;
+        stat_observe(r, (pages ? (int64_t)s.mapped_bytes : 0) + x->current);
+        if (own_peak > r->peak)
+            r->peak = own_peak;
+        r->allocated = (pages ? (int64_t)((s.pages_created - d->base_created) * s.page_size) : 0) +
+                       x->allocated;
+        r->freed =
+            (pages ? (int64_t)((s.pages_released - d->base_released) * s.page_size) : 0) + x->freed;
+        stat_observe(&d->stats.segment[t],
+                     (pages ? (int64_t)s.handles : 0) + d->ext_segment[t].current);
         stat_observe(&d->stats.inactive_split[t], fw.n[t]);
         stat_observe(&d->stats.inactive_split_bytes[t], fw.bytes[t]);
     }
-    d->stats.num_device_alloc = (int64_t)s.handles_created;
-    d->stats.num_device_free = (int64_t)(s.handles_created - s.handles);
+    d->stats.num_device_alloc = (int64_t)s.handles_created + d->ext_allocs;
+    d->stats.num_device_free = (int64_t)(s.handles_created - s.handles) + d->ext_frees;
     *out = d->stats;
     pthread_mutex_unlock(&d->lock);
 }
@@ -489,6 +596,10 @@ void vta_reset_peak(vta_device_t *d)
     for (size_t i = 0; i < STAT_ARRAYS; i++)
         for (int t = 0; t < VTA_NTYPES; t++)
             arrays[i][t].peak = arrays[i][t].current;
+    for (int t = 0; t < VTA_NTYPES; t++) {
+        d->ext_reserved[t].peak = d->ext_reserved[t].current;
+        d->ext_segment[t].peak = d->ext_segment[t].current;
+    }
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -502,6 +613,10 @@ void vta_reset_accumulated(vta_device_t *d)
     for (size_t i = 0; i < STAT_ARRAYS; i++)
         for (int t = 0; t < VTA_NTYPES; t++)
             arrays[i][t].allocated = arrays[i][t].freed = 0;
+    for (int t = 0; t < VTA_NTYPES; t++) {
+        d->ext_reserved[t].allocated = d->ext_reserved[t].freed = 0;
+        d->ext_segment[t].allocated = d->ext_segment[t].freed = 0;
+    }
     d->stats.num_alloc_retries = d->stats.num_ooms = 0;
     d->stats.num_sync_all_streams = 0;
     if (have) {
@@ -598,6 +713,42 @@ static int snap_visit(const vpmm_region_info_t *r, void *user)
     return 0;
 }
 
+/* The allocations of pools with their own allocator, one segment of one block each (all, or
+ * id's). Under d->lock. */
+static void add_external_segments(vta_device_t *d, vta_pool_id_t id, int all, snap_walk_t *w)
+{
+    for (size_t i = 0; i < d->next && !w->oom; i++) {
+        const vta_external_t *x = &d->ext[i];
+        vta_segment_t *g;
+        if (!all && !id_eq(x->pool, id))
+            continue;
+        if (w->n == w->cap) {
+            size_t cap = w->cap ? w->cap * 2 : 16;
+            vta_segment_t *segs = realloc(w->segs, cap * sizeof *segs);
+            if (segs == NULL) {
+                w->oom = 1;
+                return;
+            }
+            w->segs = segs;
+            w->cap = cap;
+        }
+        g = &w->segs[w->n];
+        memset(g, 0, sizeof *g);
+        g->blocks = malloc(sizeof *g->blocks);
+        if (g->blocks == NULL) {
+            w->oom = 1;
+            return;
+        }
+        w->n++;
+        g->address = (uintptr_t)x->ptr;
+        g->total_size = g->allocated_size = g->requested_size = x->size;
+        g->stream = x->stream;
+        g->pool = x->pool;
+        g->blocks[0] = (vta_block_t){ (uintptr_t)x->ptr, x->size, x->size, 1 };
+        g->nblocks = 1;
+    }
+}
+
 vpmm_status_t vta_snapshot(vta_device_t *d, vta_pool_id_t id, int all, vta_segment_t **out,
                            size_t *n)
 {
@@ -614,17 +765,22 @@ vpmm_status_t vta_snapshot(vta_device_t *d, vta_pool_id_t id, int all, vta_segme
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
     for (size_t i = 0; i < d->npools; i++)
-        w.map[w.nmap++] = (id_map_t){ gp_id(d->pools[i].gp), d->pools[i].id };
+        if (d->pools[i].gp != NULL)
+            w.map[w.nmap++] = (id_map_t){ gp_id(d->pools[i].gp), d->pools[i].id };
+    st = VPMM_SUCCESS;
     if (!all && !id_default(id)) {
-        vpmm_graph_pool_t *gp = vta_pool_graph_pool(d, id);
-        if (gp == NULL) {
+        vta_pool_entry_t *e = entry_of(d, id);
+        if (e == NULL) {
             pthread_mutex_unlock(&d->lock);
             free(w.map);
             return VPMM_SUCCESS; /* no such pool: no segment */
         }
-        w.only = gp_id(gp);
+        w.only = e->gp ? gp_id(e->gp) : 0;
     }
-    st = vpmm_pool_walk(d->pool, snap_visit, &w);
+    if (all || id_default(id) || w.only != 0) /* vpmm's regions (none: a pool of its own) */
+        st = vpmm_pool_walk(d->pool, snap_visit, &w);
+    if (st == VPMM_SUCCESS && !w.oom)
+        add_external_segments(d, id, all, &w);
     pthread_mutex_unlock(&d->lock);
     free(w.map);
     if (st == VPMM_SUCCESS && w.oom)

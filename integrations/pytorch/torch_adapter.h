@@ -59,9 +59,19 @@ typedef struct vta_pool_id {
 
 typedef struct vta_pool_entry {
     vta_pool_id_t id;
-    vpmm_graph_pool_t *gp;
+    vpmm_graph_pool_t *gp; /* NULL for a pool served by its own allocator */
     int64_t use_count;
 } vta_pool_entry_t;
+
+/* An allocation of a MemPool with its own allocator (another CUDAAllocator: vpmm never sees
+ * that memory; it counts it in the statistics and shows it in snapshots, as the native
+ * allocator does). */
+typedef struct vta_external {
+    void *ptr;
+    size_t size;
+    vpmm_stream_t stream;
+    vta_pool_id_t pool;
+} vta_external_t;
 
 typedef struct vta_device {
     vpmm_pool_t *pool;
@@ -71,6 +81,10 @@ typedef struct vta_device {
     size_t npools, cap;
     vta_stats_t stats;
     uint64_t base_created, base_released; /* vpmm's page counters at the last accumulated reset */
+    vta_external_t *ext;                  /* live allocations of pools with their own allocator */
+    size_t next, ext_cap;
+    vta_stat_t ext_reserved[VTA_NTYPES], ext_segment[VTA_NTYPES]; /* their part of the stats */
+    int64_t ext_allocs, ext_frees;
 } vta_device_t;
 
 /* Starts a device's state over pool (the caller keeps the pool alive); 0 or -1 (no memory). */
@@ -87,6 +101,8 @@ vpmm_status_t vta_malloc(vta_device_t *d, size_t size, vpmm_stream_t stream, vta
                          void **out);
 /* Frees ptr (NULL: nothing); its size comes from vpmm (vpmm_pointer_info). */
 vpmm_status_t vta_free(vta_device_t *d, void *ptr);
+/* The same for a caller that has just asked vpmm_pointer_info (info: its answer for ptr). */
+vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_t *info);
 /* recordStream: ptr is also used on stream (vpmm_record_stream). A pointer vpmm does not know
  * (another allocator's) is ignored, as the native allocator ignores foreign DataPtrs. */
 vpmm_status_t vta_record_stream(vta_device_t *d, void *ptr, vpmm_stream_t stream);
@@ -96,12 +112,24 @@ const char *vta_oom_message(vta_device_t *d, size_t size, char *buf, size_t len)
 
 /* ---- mempool ids ---------------------------------------------------------------------------- */
 
-/* beginAllocateToPool / createOrIncrefPool: one more reference to id (a graph pool at the first).
- */
+/* beginAllocateToPool / createOrIncrefPool: one more reference to id (a graph pool at the first;
+ * an existing id of either kind is referenced as it is). */
 vpmm_status_t vta_pool_incref(vta_device_t *d, vta_pool_id_t id);
 /* releasePool: one reference less; at 0 the graph pool's handle goes (INVALID_ARGUMENT for an
  * id with no reference). */
 vpmm_status_t vta_pool_decref(vta_device_t *d, vta_pool_id_t id);
+/* createOrIncrefPool with an allocator: one more reference to id, a pool whose memory comes from
+ * that allocator (the caller keeps it and calls it; see vta_external_add). INVALID_ARGUMENT if id
+ * already is a vpmm graph pool, or {0,0}. */
+vpmm_status_t vta_pool_incref_external(vta_device_t *d, vta_pool_id_t id);
+/* 1 if id is a pool with its own allocator, 0 if not. */
+int vta_pool_is_external(vta_device_t *d, vta_pool_id_t id);
+/* Counts ptr (size bytes, from id's own allocator, on stream) as live: statistics, snapshots.
+ * INVALID_ARGUMENT if id is not such a pool, HOST_OUT_OF_MEMORY (nothing counted). */
+vpmm_status_t vta_external_add(vta_device_t *d, vta_pool_id_t id, void *ptr, size_t size,
+                               vpmm_stream_t stream);
+/* Forgets ptr if it is such an allocation: 1 (its size in *size), else 0. */
+int vta_external_remove(vta_device_t *d, void *ptr, size_t *size);
 /* getPoolUseCount (0 for an unknown id). */
 int64_t vta_pool_use_count(vta_device_t *d, vta_pool_id_t id);
 /* The graph pool of id, or NULL. */

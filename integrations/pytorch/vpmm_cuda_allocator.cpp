@@ -8,12 +8,17 @@
  * thread allocating into a mempool id: beginAllocateToPool's std::function, evaluated LIFO as the
  * native allocator does), DataPtrs and their one raw deleter, the OutOfMemoryError with vpmm's
  * report and the OOM observers, the CheckpointDelta's DataPtrs, and the CUDA runtime calls the
- * interface asks for (copies, peer access). What PyTorch's interface asks and vpmm cannot do is
- * refused with a clear error naming it (IPC handles, allocation history with stack frames, a
- * MemPool with its own allocator). Contracts and call traces: INTERFACE.md.
+ * interface asks for (copies, peer access), and the allocators of MemPools created with their own
+ * allocator (torch.cuda.MemPool(allocator), e.g. NCCL's for symmetric memory): allocations routed
+ * to such a pool come from that allocator, one call each (vpmm cannot cache or remap memory it
+ * does not own); the adapter counts them and shows them in snapshots. What PyTorch's interface
+ * asks and vpmm cannot do is refused with a clear error naming it (IPC handles). Contracts and
+ * call traces: INTERFACE.md.
  *
  * Threads: any. The device table is created once by init(); a device's pool at its first use,
- * under a mutex; the routing list of a device under its own mutex (never held while vpmm works).
+ * under a mutex; the routing list of a device under its own mutex (never held while vpmm works),
+ * with an atomic count so that a malloc with nothing routed takes no lock; the MemPools' own
+ * allocators and their live pointers under ext_lock_.
  * No iostreams (INTERFACE.md §5).
  */
 #include <c10/core/Allocator.h>
@@ -27,12 +32,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -70,7 +78,8 @@ struct Device {
     vta_device_t vta{};
     std::mutex routes_lock;
     std::vector<std::pair<MempoolId_t, std::function<bool(cudaStream_t)>>> routes;
-    double fraction = 1.0; /* setMemoryFraction's */
+    std::atomic<size_t> nroutes{ 0 }; /* routes.size(), read without the lock */
+    double fraction = 1.0;            /* setMemoryFraction's */
 };
 
 /* A checkpoint of a mempool id's graph pool (getCheckpointState). */
@@ -130,13 +139,15 @@ class VpmmAllocator : public CUDAAllocator
     {
         if (ptr == nullptr)
             return;
+        if (n_ext_.load(std::memory_order_relaxed) != 0 && free_external(ptr))
+            return;
         for (size_t i = 0; i < devices_.size(); i++) {
             Device *d = devices_[i].get();
             if (d && d->pool) {
                 vpmm_region_info_t info;
                 if (vpmm_pointer_info(d->pool, ptr, &info) == VPMM_SUCCESS) {
                     history_.on_free(static_cast<c10::DeviceIndex>(i), ptr, info.size, info.stream);
-                    vpmm_status_t st = vta_free(&d->vta, ptr);
+                    vpmm_status_t st = vta_free_known(&d->vta, ptr, &info);
                     TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: invalid device pointer: ", ptr, ": ",
                                 status_text(st));
                     return;
@@ -163,12 +174,13 @@ class VpmmAllocator : public CUDAAllocator
                              std::function<bool(cudaStream_t)> filter) override
     {
         Device &d = device(dev);
-        vpmm_status_t st = vta_pool_incref(&d.vta, to_vta(id));
+        vpmm_status_t st = vta_pool_incref(&d.vta, to_vta(id)); /* a pool of either kind */
         TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: beginAllocateToPool failed: ", status_text(st));
         std::lock_guard<std::mutex> g(d.routes_lock);
         for (auto &r : d.routes)
             TORCH_CHECK(r.first != id, "beginAllocateToPool: already recording to mempool_id");
         d.routes.emplace_back(id, std::move(filter));
+        d.nroutes.store(d.routes.size());
     }
     void endAllocateToPool(c10::DeviceIndex dev, MempoolId_t id) override
     {
@@ -177,6 +189,7 @@ class VpmmAllocator : public CUDAAllocator
         for (auto it = d.routes.begin(); it != d.routes.end(); ++it) {
             if (it->first == id) {
                 d.routes.erase(it);
+                d.nroutes.store(d.routes.size());
                 return;
             }
         }
@@ -184,8 +197,13 @@ class VpmmAllocator : public CUDAAllocator
     }
     void releasePool(c10::DeviceIndex dev, MempoolId_t id) override
     {
-        vpmm_status_t st = vta_pool_decref(&device(dev).vta, to_vta(id));
+        Device &d = device(dev);
+        vpmm_status_t st = vta_pool_decref(&d.vta, to_vta(id));
         TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: releasePool of an unknown mempool id");
+        if (vta_pool_use_count(&d.vta, to_vta(id)) == 0) {
+            std::lock_guard<std::mutex> g(ext_lock_);
+            pool_allocators_.erase({ dev, id }); /* its live allocations keep theirs */
+        }
     }
     int getPoolUseCount(c10::DeviceIndex dev, MempoolId_t id) override
     {
@@ -194,15 +212,25 @@ class VpmmAllocator : public CUDAAllocator
     void createOrIncrefPool(c10::DeviceIndex dev, MempoolId_t id,
                             std::shared_ptr<CUDAAllocator> allocator) override
     {
-        TORCH_CHECK(
-            allocator == nullptr,
-            "vpmm: a MemPool with its own allocator is not supported (vpmm serves every pool)");
-        vpmm_status_t st = vta_pool_incref(&device(dev).vta, to_vta(id));
-        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: createOrIncrefPool failed: ", status_text(st));
+        Device &d = device(dev);
+        if (allocator == nullptr) {
+            vpmm_status_t st = vta_pool_incref(&d.vta, to_vta(id));
+            TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: createOrIncrefPool failed: ", status_text(st));
+            return;
+        }
+        /* A pool served by its own allocator (an id of one kind only). */
+        std::lock_guard<std::mutex> g(ext_lock_);
+        vpmm_status_t st = vta_pool_incref_external(&d.vta, to_vta(id));
+        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: createOrIncrefPool failed: ", status_text(st),
+                    st == VPMM_ERROR_INVALID_ARGUMENT
+                        ? " (the mempool id is already a pool without an allocator)"
+                        : "");
+        pool_allocators_.emplace(std::make_pair(dev, id), std::move(allocator));
     }
     void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool) override
     {
-        /* vpmm has one shared pool per device to fall back on: nothing to add. */
+        /* vpmm has one shared pool per device to fall back on, and keeps no free memory of a
+         * pool with its own allocator: nothing to add. */
     }
     void setNoSplit(c10::DeviceIndex, MempoolId_t) override
     {
@@ -279,11 +307,22 @@ class VpmmAllocator : public CUDAAllocator
     {
         vta_reset_peak(&device(dev).vta);
     }
+    /* vpmm_trim of every device's pool. As the native allocator waits for the work pending on
+     * the blocks it frees, a device with nothing routed (no capture, no MemPool context: a
+     * synchronisation there would break a capture) is synchronised first, so that memory freed
+     * on a stream still busy is given back too. */
     void emptyCache(MempoolId_t) override
     {
-        for (auto &d : devices_)
-            if (d && d->pool)
-                (void)vta_empty_cache(&d->vta);
+        for (size_t i = 0; i < devices_.size(); i++) {
+            Device *d = devices_[i].get();
+            if (!d || !d->pool)
+                continue;
+            if (d->nroutes.load(std::memory_order_acquire) == 0) {
+                c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(i));
+                C10_CUDA_CHECK(cudaDeviceSynchronize());
+            }
+            (void)vta_empty_cache(&d->vta);
+        }
     }
     void cacheInfo(c10::DeviceIndex dev, size_t *largestBlock) override
     {
@@ -291,6 +330,15 @@ class VpmmAllocator : public CUDAAllocator
     }
     void *getBaseAllocation(void *ptr, size_t *size) override
     {
+        if (n_ext_.load(std::memory_order_relaxed) != 0) {
+            std::lock_guard<std::mutex> g(ext_lock_);
+            auto it = ext_ptrs_.find(ptr);
+            if (it != ext_ptrs_.end()) {
+                if (size)
+                    *size = it->second.size;
+                return ptr;
+            }
+        }
         for (auto &d : devices_) {
             vpmm_region_info_t info;
             if (d && d->pool && vpmm_pointer_info(d->pool, ptr, &info) == VPMM_SUCCESS) {
@@ -483,12 +531,67 @@ class VpmmAllocator : public CUDAAllocator
         return MempoolId_t{ 0, 0 };
     }
 
+    /* An allocation of a MemPool with its own allocator: from that allocator, counted. */
+    void *alloc_external(Device &d, c10::DeviceIndex dev, MempoolId_t id, size_t n,
+                         cudaStream_t stream)
+    {
+        std::shared_ptr<CUDAAllocator> a;
+        {
+            std::lock_guard<std::mutex> g(ext_lock_);
+            auto it = pool_allocators_.find({ dev, id });
+            TORCH_CHECK(it != pool_allocators_.end(), "vpmm: the MemPool's allocator is gone");
+            a = it->second;
+        }
+        void *p = a->raw_alloc_with_stream(n, stream);
+        if (p == nullptr) {
+            std::string msg = "CUDA out of memory. Tried to allocate " + std::to_string(n) +
+                              " bytes on device " + std::to_string(dev) +
+                              ": the MemPool's own "
+                              "allocator (" +
+                              a->name() + ") returned no memory";
+            TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+        }
+        std::lock_guard<std::mutex> g(ext_lock_);
+        vpmm_status_t st = vta_external_add(&d.vta, to_vta(id), p, n, stream);
+        if (st != VPMM_SUCCESS) {
+            a->raw_delete(p);
+            TORCH_CHECK(false, "vpmm: counting a MemPool allocation failed: ", status_text(st));
+        }
+        ext_ptrs_.emplace(p, External{ std::move(a), dev, n, stream });
+        n_ext_.fetch_add(1, std::memory_order_relaxed);
+        history_.on_alloc(dev, p, n, stream, id);
+        return p;
+    }
+
+    /* raw_delete of a MemPool's own allocation: true if ptr is one (given back to its
+     * allocator). */
+    bool free_external(void *ptr)
+    {
+        External x;
+        {
+            std::lock_guard<std::mutex> g(ext_lock_);
+            auto it = ext_ptrs_.find(ptr);
+            if (it == ext_ptrs_.end())
+                return false;
+            x = std::move(it->second);
+            ext_ptrs_.erase(it);
+            size_t size = 0;
+            (void)vta_external_remove(&device(x.device).vta, ptr, &size);
+            n_ext_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        history_.on_free(x.device, ptr, x.size, x.stream);
+        x.allocator->raw_delete(ptr);
+        return true;
+    }
+
     void *alloc_on(c10::DeviceIndex dev, size_t n, cudaStream_t stream)
     {
         Device &d = device(dev);
         MempoolId_t id{ 0, 0 };
-        if (!d.routes.empty()) /* racy read is fine: an empty list routes nowhere */
+        if (d.nroutes.load(std::memory_order_acquire) != 0)
             id = route(d, stream);
+        if (id != MempoolId_t{ 0, 0 } && vta_pool_is_external(&d.vta, to_vta(id)))
+            return alloc_external(d, dev, id, n, stream);
         void *p = nullptr;
         vpmm_status_t st = vta_malloc(&d.vta, n, stream, to_vta(id), &p);
         if (st == VPMM_SUCCESS) {
@@ -520,6 +623,19 @@ class VpmmAllocator : public CUDAAllocator
     bool enabled_ = true;
     std::mutex observers_lock_;
     std::vector<OutOfMemoryObserver> observers_;
+    /* MemPools with their own allocator: the allocator of each (device, id), and each live
+     * allocation's (which keeps its allocator alive after the pool is released). */
+    struct External {
+        std::shared_ptr<CUDAAllocator> allocator;
+        c10::DeviceIndex device = 0;
+        size_t size = 0;
+        cudaStream_t stream = nullptr;
+    };
+    std::mutex ext_lock_;
+    std::map<std::pair<c10::DeviceIndex, MempoolId_t>, std::shared_ptr<CUDAAllocator>>
+        pool_allocators_;
+    std::unordered_map<void *, External> ext_ptrs_;
+    std::atomic<size_t> n_ext_{ 0 };
     vpmm_torch::History history_;
 };
 
