@@ -1864,6 +1864,9 @@ static int op_ext_begin(fz_t *z)
     vpmm_dres_t want = id == ID_LEGACY            ? VPMM_DRV_NOT_SUPPORTED
                        : cap != VPMM_CAPTURE_NONE ? VPMM_DRV_ERROR
                                                   : VPMM_DRV_OK;
+    if (verbose)
+        fprintf(stderr, "    capture %llu begun outside vpmm on %s: result %d\n",
+                (unsigned long long)cid, ident_name(id), (int)r);
     if (r != want)
         finding(z, "vpmm_host_begin_capture returned %d, expected %d", (int)r, (int)want);
     if (r == VPMM_DRV_OK)
@@ -1896,6 +1899,9 @@ static int op_ext_end(fz_t *z)
         if (r == VPMM_DRV_OK && g != NULL)
             keep_graph(z, g);
     }
+    if (verbose)
+        fprintf(stderr, "    capture %llu on %s ended outside vpmm: result %d\n",
+                (unsigned long long)cid, ident_name(id), (int)r);
     if (r != want)
         finding(z, "the host backend's end_capture on %s returned %d, expected %d", ident_name(id),
                 (int)r, (int)want);
@@ -1921,6 +1927,9 @@ static int op_capture_register(fz_t *z)
     if (cap != VPMM_CAPTURE_NONE)
         rec = record_gp(z, cid);
     st = vpmm_capture_register(z->pool, gp, slot_handle(z, si));
+    if (verbose)
+        fprintf(stderr, "    on %s (capture %llu), graph pool %u\n", ident_name(id),
+                cap == VPMM_CAPTURE_NONE ? 0ull : (unsigned long long)cid, gid);
     if (cap == VPMM_CAPTURE_NONE)
         expect_status(z, "vpmm_capture_register(not capturing)", st, S(VPMM_ERROR_NOT_CAPTURING),
                       id == ID_LEGACY);
