@@ -1,10 +1,12 @@
 /*
  * test_stream.c — stream.c: tracked-stream lookup, lazily recorded markers, polling in order and
- * promotion to ready, marker ring growth, event reuse, capture refusal and stream retirement; and
- * stream identity: a per-thread handle (cudaStreamPerThread, and stream 0 of a program built with
- * per-thread default streams) names a different stream in each thread, so memory freed on one
- * thread's is reused by another's only after its work — checked with real threads on the host
- * backend, which emulates per-thread streams and the legacy stream's implicit synchronisation.
+ * promotion to ready, marker ring growth, event reuse, capture refusal (no legacy-stream work
+ * while vpmm knows of a capture in progress; a record of one that is over stops counting once
+ * noticed) and stream retirement; and stream identity: a per-thread handle (cudaStreamPerThread,
+ * and stream 0 of a program built with per-thread default streams) names a different stream in
+ * each thread, so memory freed on one thread's is reused by another's only after its work —
+ * checked with real threads on the host backend, which emulates per-thread streams and the
+ * legacy stream's implicit synchronisation.
  * Threads only call vpmm and note results; every assertion runs on the test's own thread.
  */
 #include <pthread.h>
@@ -352,7 +354,7 @@ static void test_cross_thread_free_of_per_thread_block(void **state)
 typedef struct capture_job {
     tpool_t *t;
     vpmm_graph_pool_t *gp;
-    int end; /* 0: begin the capture; 1: end it */
+    int external; /* begun outside vpmm and registered; ended outside vpmm, graph destroyed */
     vpmm_graph_t graph;
     vpmm_status_t st;
 } capture_job_t;
@@ -366,23 +368,33 @@ static int cap_step;
 static void *capture_thread(void *arg)
 {
     capture_job_t *c = arg;
-    c->st =
-        vpmm_capture_begin(c->t->pool, c->gp, VPMM_STREAM_PER_THREAD, VPMM_STREAM_CAPTURE_GLOBAL);
+    uint64_t id;
+    if (!c->external)
+        c->st = vpmm_capture_begin(c->t->pool, c->gp, VPMM_STREAM_PER_THREAD,
+                                   VPMM_STREAM_CAPTURE_GLOBAL);
+    else if (vpmm_host_begin_capture(c->t->host, VPMM_STREAM_PER_THREAD, &id) != VPMM_DRV_OK)
+        c->st = VPMM_ERROR_DRIVER;
+    else
+        c->st = vpmm_capture_register(c->t->pool, c->gp, VPMM_STREAM_PER_THREAD);
     pthread_mutex_lock(&cap_mu);
     cap_step = 1;
     pthread_cond_broadcast(&cap_cv);
     while (cap_step != 2)
         pthread_cond_wait(&cap_cv, &cap_mu);
     pthread_mutex_unlock(&cap_mu);
-    if (c->st == VPMM_SUCCESS)
+    if (c->st == VPMM_SUCCESS && !c->external)
         c->st = vpmm_capture_end(c->t->pool, VPMM_STREAM_PER_THREAD, &c->graph);
+    else if (c->st == VPMM_SUCCESS &&
+             vpmm_host_end_capture(c->t->host, VPMM_STREAM_PER_THREAD) != VPMM_DRV_OK)
+        c->st = VPMM_ERROR_DRIVER;
     return NULL;
 }
 
-/* Starts capture_thread on a new graph pool and waits until its capture has begun. */
-static void capture_start(tpool_t *t, capture_job_t *c, pthread_t *th)
+/* Starts capture_thread on a new graph pool (external: begun outside vpmm, then registered) and
+ * waits until its capture has begun. */
+static void capture_start(tpool_t *t, capture_job_t *c, pthread_t *th, int external)
 {
-    *c = (capture_job_t){ .t = t };
+    *c = (capture_job_t){ .t = t, .external = external };
     assert_int_equal(vpmm_graph_pool_create(t->pool, &c->gp), VPMM_SUCCESS);
     cap_step = 0;
     assert_int_equal(pthread_create(th, NULL, capture_thread, c), 0);
@@ -419,7 +431,7 @@ static void test_no_legacy_marker_during_capture(void **state)
     };
     on_thread(malloc_job, &a);
     vpmm_host_complete(t.host, a.key); /* done, but nobody has recorded a marker for it */
-    capture_start(&t, &c, &th);
+    capture_start(&t, &c, &th, 0);
 
     y = tmalloc(t.pool, 16 * MiB, s); /* must not record on legacy now */
     assert_ptr_not_equal(y, a.ptr);
@@ -523,7 +535,7 @@ static void test_no_legacy_work_during_capture(void **state)
     a = tmalloc(t.pool, 4 * MiB, VPMM_STREAM_LEGACY);
     b = tmalloc(t.pool, 4 * MiB, s);
     vpmm_host_enqueue(t.host, s);
-    capture_start(&t, &c, &th);
+    capture_start(&t, &c, &th, 0);
 
     tfree(t.pool, a);                                 /* pending on the legacy stream, no marker */
     tfree(t.pool, b);                                 /* pending on s, busy */
@@ -538,6 +550,66 @@ static void test_no_legacy_work_during_capture(void **state)
     tfree(t.pool, y);
     vpmm_host_complete_all(t.host);
     assert_int_equal(vpmm_graph_destroy(t.pool, c.graph), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(c.gp), VPMM_SUCCESS);
+    tpool_close(&t);
+}
+
+/*
+ * Only a capture in progress that vpmm knows of keeps it off the legacy stream, and a record of
+ * one that is over stops doing so as soon as vpmm notices. Thread B captures its per-thread
+ * stream outside vpmm and registers it: a malloc that would need a legacy marker grows instead.
+ * B ends the capture outside vpmm and destroys its graph; vpmm's record of it stays (another
+ * thread's per-thread stream is not queried from here) until the next slow path, whose
+ * vpmm_g_collect sees the graph pool's graphs gone and ends it. That malloc then records the
+ * legacy marker after all — which invalidates a capture of this thread's per-thread stream that
+ * vpmm never saw (begun outside vpmm, not registered): 906, documented in docs/ALGORITHM.md, the
+ * application's to avoid by registering it. (The fuzzer's legacy-906-while-ptds-capture: its
+ * model took the stale record for a guard.)
+ */
+static void test_ended_capture_record_stops_guarding(void **state)
+{
+    tpool_t t;
+    capture_job_t c;
+    pthread_t th;
+    vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x7704;
+    vpmm_capture_status_t cap;
+    vpmm_status_t st;
+    uint64_t id, now;
+    void *a, *x, *y;
+    int code = 0;
+    const char *call = NULL;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = tmalloc(t.pool, 4 * MiB, VPMM_STREAM_LEGACY);
+    tfree(t.pool, a); /* pending on the legacy stream, no marker */
+    capture_start(&t, &c, &th, 1);
+    assert_int_equal(t.pool->captures, 1);
+
+    x = tmalloc(t.pool, 4 * MiB, s); /* a's pages would need a legacy marker: grows */
+    assert_ptr_not_equal(x, a);
+    assert_int_equal(vpmm_pool_last_driver_error(t.pool, &code, &call), VPMM_SUCCESS);
+    assert_int_equal(code, 0);
+
+    capture_finish(&c, th);                /* ended outside vpmm, its graph destroyed */
+    assert_int_equal(t.pool->captures, 1); /* not noticed yet */
+    assert_int_equal(vpmm_host_begin_capture(t.host, VPMM_STREAM_PER_THREAD, &id), VPMM_DRV_OK);
+    y = x;                                    /* to be overwritten: NULL when it fails */
+    st = vpmm_malloc(t.pool, 4 * MiB, s, &y); /* a's pages, guarded by a legacy marker */
+    CHECK_POOL(t.pool);
+    assert_int_equal(st, VPMM_ERROR_DRIVER);
+    assert_null(y);
+    assert_int_equal(t.pool->captures, 0); /* the record ended first ... */
+    assert_int_equal(vpmm_pool_last_driver_error(t.pool, &code, &call), VPMM_SUCCESS);
+    assert_int_equal(code, 906); /* ... then came the legacy marker, refused */
+    assert_string_equal(call, "cuEventRecord");
+    assert_int_equal(t.host->capture_info(t.host, VPMM_STREAM_PER_THREAD, &cap, &now, NULL),
+                     VPMM_DRV_OK);
+    assert_int_equal(cap, VPMM_CAPTURE_INVALIDATED);
+    assert_int_equal(now, id);
+
+    assert_int_not_equal(vpmm_host_end_capture(t.host, VPMM_STREAM_PER_THREAD), VPMM_DRV_OK);
+    tfree(t.pool, x);
+    vpmm_host_complete_all(t.host);
     assert_int_equal(vpmm_graph_pool_release(c.gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
@@ -560,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_records_of_departed_threads_are_freed),
         cmocka_unit_test(test_trim_takes_departed_threads_memory),
         cmocka_unit_test(test_no_legacy_work_during_capture),
+        cmocka_unit_test(test_ended_capture_record_stops_guarding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
