@@ -21,7 +21,7 @@ vpmm_status_t vpmm_config_init(vpmm_config_t *config)
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     memset(config, 0, sizeof *config);
-    config->backend = VPMM_BACKEND_AUTO;
+    config->backend = VPMM_BACKEND_DEFAULT;
     config->device = -1;
     config->cache_percent = -1;
     config->verbose = -1;
@@ -170,14 +170,17 @@ static vpmm_status_t env_backend(vpmm_backend_t *backend)
     const char *text = getenv("VPMM_BACKEND");
     if (text == NULL)
         return VPMM_SUCCESS;
-    if (strcmp(text, "auto") == 0)
-        *backend = VPMM_BACKEND_AUTO;
-    else if (strcmp(text, "cuda") == 0)
+    if (strcmp(text, "cuda") == 0)
         *backend = VPMM_BACKEND_CUDA;
     else if (strcmp(text, "host") == 0)
         *backend = VPMM_BACKEND_HOST;
-    else {
-        vpmm_i_set_error("VPMM_BACKEND='%s': expected cuda, host or auto", text);
+    else if (strcmp(text, "auto") == 0) {
+        /* It used to mean "cuda, else host": say why it went rather than just refuse it. */
+        vpmm_i_set_error("VPMM_BACKEND='auto': expected cuda or host (auto is gone: cuda is the "
+                         "default and never falls back to host memory)");
+        return VPMM_ERROR_INVALID_ENV;
+    } else {
+        vpmm_i_set_error("VPMM_BACKEND='%s': expected cuda or host", text);
         return VPMM_ERROR_INVALID_ENV;
     }
     return VPMM_SUCCESS;
@@ -209,16 +212,16 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT, max_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t verbose_src = VPMM_FROM_DEFAULT;
-    vpmm_backend_t env_back = VPMM_BACKEND_AUTO;
+    vpmm_backend_t env_back = VPMM_BACKEND_CUDA; /* the default backend */
     vpmm_default_stream_t env_default = VPMM_DEFAULT_STREAM_UNSET;
 
     if (config == NULL) {
         vpmm_config_init(&defaults);
         config = &defaults;
     }
-    if (config->backend != VPMM_BACKEND_AUTO && config->backend != VPMM_BACKEND_CUDA &&
+    if (config->backend != VPMM_BACKEND_DEFAULT && config->backend != VPMM_BACKEND_CUDA &&
         config->backend != VPMM_BACKEND_HOST) {
-        vpmm_i_set_error("config.backend=%d: expected VPMM_BACKEND_AUTO, _CUDA or _HOST",
+        vpmm_i_set_error("config.backend=%d: expected VPMM_BACKEND_DEFAULT, _CUDA or _HOST",
                          (int)config->backend);
         return VPMM_ERROR_INVALID_CONFIG;
     }
@@ -270,7 +273,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     }
 
     memset(&o, 0, sizeof o);
-    o.backend = config->backend != VPMM_BACKEND_AUTO ? config->backend : env_back;
+    o.backend = config->backend != VPMM_BACKEND_DEFAULT ? config->backend : env_back;
     o.device = config->device;
 
     o.page_size = config->page_size ? config->page_size : env_page;

@@ -25,7 +25,7 @@ typedef enum vpmm_option_source {
 } vpmm_option_source_t;
 
 typedef struct vpmm_options {
-    vpmm_backend_t backend;
+    vpmm_backend_t backend; /* CUDA or HOST once resolved, never DEFAULT */
     int device;
     size_t page_size; /* 0 until vpmm_i_options_finish: "use the granularity" */
     size_t va_size;

@@ -1663,8 +1663,9 @@ static void env_row(const char *name, const bad_value_t *bad, size_t n, int va_f
 static void test_env_backend(void **state)
 {
     (void)state;
-    ENV_ROW("VPMM_BACKEND", 0, { "gpu", "VPMM_BACKEND='gpu': expected cuda, host or auto" },
-            { "CUDA", "VPMM_BACKEND='CUDA': expected cuda, host or auto" },
+    ENV_ROW("VPMM_BACKEND", 0, { "gpu", "VPMM_BACKEND='gpu': expected cuda or host" },
+            { "CUDA", "VPMM_BACKEND='CUDA': expected cuda or host" },
+            { "auto", "VPMM_BACKEND='auto': expected cuda or host (auto is gone" },
             { "", "VPMM_BACKEND='': expected" });
 }
 
@@ -1784,7 +1785,7 @@ static void set_backend(vpmm_config_t *c, size_t i)
 static void test_config_backend(void **state)
 {
     static const char *const says[] = {
-        "config.backend=7: expected VPMM_BACKEND_AUTO, _CUDA or _HOST",
+        "config.backend=7: expected VPMM_BACKEND_DEFAULT, _CUDA or _HOST",
         "config.backend=-1: expected",
     };
     (void)state;

@@ -10,7 +10,9 @@
  * VPMM_* variables, so no test sees another's settings or the caller's shell. Pools created here
  * set a small VPMM_VA_SIZE: ASan's shadow may leave no room for the default 8 TiB placeholder.
  */
+#include <dirent.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,7 +221,7 @@ static void test_config_init(void **state)
     (void)state;
     memset(&c, 0xab, sizeof c);
     assert_int_equal(vpmm_config_init(&c), VPMM_SUCCESS);
-    assert_int_equal(c.backend, VPMM_BACKEND_AUTO);
+    assert_int_equal(c.backend, VPMM_BACKEND_DEFAULT);
     assert_int_equal(c.device, -1);
     assert_int_equal(c.page_size, 0);
     assert_int_equal(c.va_size, 0);
@@ -246,7 +248,7 @@ static void test_config_init_null(void **state)
 
 static void assert_defaults(const vpmm_options_t *o)
 {
-    assert_int_equal(o->backend, VPMM_BACKEND_AUTO);
+    assert_int_equal(o->backend, VPMM_BACKEND_CUDA); /* the default: never the host unasked */
     assert_int_equal(o->device, -1);
     assert_int_equal(o->page_size, 0);
     assert_int_equal(o->page_size_src, VPMM_FROM_DEFAULT);
@@ -302,9 +304,7 @@ static void test_resolve_env_backend_names(void **state)
     static const struct {
         const char *text;
         vpmm_backend_t want;
-    } cases[] = { { "auto", VPMM_BACKEND_AUTO },
-                  { "cuda", VPMM_BACKEND_CUDA },
-                  { "host", VPMM_BACKEND_HOST } };
+    } cases[] = { { "cuda", VPMM_BACKEND_CUDA }, { "host", VPMM_BACKEND_HOST } };
     vpmm_options_t o;
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -360,17 +360,22 @@ static void test_resolve_mixed_sources(void **state)
     assert_true(o.host_memory == VPMM_DEFAULT_HOST_MEMORY);
 }
 
-/* AUTO is the config's "default", so it cannot override VPMM_BACKEND. */
-static void test_resolve_config_auto_takes_env_backend(void **state)
+/* DEFAULT is the config's "unset", so it cannot override VPMM_BACKEND; unset both, it is CUDA. */
+static void test_resolve_config_default_takes_env_backend(void **state)
 {
     vpmm_config_t c;
     vpmm_options_t o;
     (void)state;
-    set_env("VPMM_BACKEND", "host");
     vpmm_config_init(&c);
-    c.backend = VPMM_BACKEND_AUTO;
+    assert_int_equal(c.backend, VPMM_BACKEND_DEFAULT);
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.backend, VPMM_BACKEND_CUDA);
+    set_env("VPMM_BACKEND", "host");
     assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
     assert_int_equal(o.backend, VPMM_BACKEND_HOST);
+    set_env("VPMM_BACKEND", "cuda");
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.backend, VPMM_BACKEND_CUDA);
 }
 
 /* VPMM_PAGES=0 is valid ("no preallocation") and still counts as set by the environment. */
@@ -424,6 +429,7 @@ static const bad_env_t bad_envs[] = {
     { "VPMM_PAGES", "-1" },
     { "VPMM_PAGES", "99999999999999999999999" },
     { "VPMM_BACKEND", "gpu" },
+    { "VPMM_BACKEND", "auto" }, /* gone: it meant host memory without a GPU */
     { "VPMM_BACKEND", "CUDA" }, /* case-sensitive */
     { "VPMM_BACKEND", "Host" },
     { "VPMM_BACKEND", "" },
@@ -488,7 +494,12 @@ static void test_resolve_bad_env_messages(void **state)
     tenv_unset_all();
     set_env("VPMM_BACKEND", "CUDA");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
-    assert_string_equal(vpmm_last_error(), "VPMM_BACKEND='CUDA': expected cuda, host or auto");
+    assert_string_equal(vpmm_last_error(), "VPMM_BACKEND='CUDA': expected cuda or host");
+    tenv_unset_all();
+    set_env("VPMM_BACKEND", "auto");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_BACKEND='auto': expected cuda or host (auto is gone: cuda is the "
+                          "default and never falls back to host memory)");
     tenv_unset_all();
     set_env("VPMM_VA_SIZE", "0");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
@@ -1000,17 +1011,69 @@ static void test_create_cuda_without_gpu(void **state)
     set_env("VPMM_BACKEND", "cuda");
     set_env("VPMM_VA_SIZE", "1G");
     expect_create_fails(VPMM_ERROR_NO_DEVICE, "no CUDA device");
+    assert_error_mentions("VPMM_BACKEND=host");
 }
 
-static void test_create_auto(void **state)
+/* Open file descriptors of the process (a host backend would hold a memfd). */
+static size_t count_fds(void)
 {
+    DIR *d = opendir("/proc/self/fd");
+    size_t n = 0;
+    assert_non_null(d);
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Heap bytes in use (glibc; 0 elsewhere, and under ASan, which keeps its own books). */
+static size_t heap_in_use(void)
+{
+#ifdef __GLIBC__
+    return mallinfo2().uordblks;
+#else
+    return 0;
+#endif
+}
+
+/*
+ * The default backend is CUDA, for a NULL config as for vpmm_config_init's: without a GPU, creation
+ * fails with VPMM_ERROR_NO_DEVICE and a message that names VPMM_BACKEND=host — never a pool of host
+ * memory — and leaves nothing allocated (heap and file descriptors as before). Asked for by name,
+ * the host emulation still works. Where a GPU is present the default gives a CUDA pool instead.
+ */
+static void test_create_default_backend(void **state)
+{
+    vpmm_config_t c;
     vpmm_pool_t *pool = NULL;
-    const char *want = vpmm_driver_cuda_device_count() > 0 ? "cuda" : "host";
+    size_t fds, heap;
+    vpmm_status_t st;
     (void)state;
-    set_env("VPMM_BACKEND", "auto");
-    set_env("VPMM_VA_SIZE", "1G");
-    assert_int_equal(vpmm_pool_create(NULL, &pool), VPMM_SUCCESS);
-    assert_string_equal(vpmm_pool_backend_name(pool), want);
+    vpmm_config_init(&c);
+    c.va_size = 1 * GiB;
+    if (vpmm_driver_cuda_device_count() > 0) {
+        assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+        assert_string_equal(vpmm_pool_backend_name(pool), "cuda");
+        assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+        return; /* the NO_DEVICE half needs a machine without a GPU */
+    }
+    expect_create_fails(VPMM_ERROR_NO_DEVICE, "VPMM_BACKEND=host");
+    assert_error_mentions("no CUDA device or driver found (");
+    assert_string_equal(vpmm_strerror(VPMM_ERROR_NO_DEVICE), "no CUDA driver or device");
+
+    pool = (vpmm_pool_t *)&pool;
+    fds = count_fds();
+    heap = heap_in_use();
+    st = vpmm_pool_create(&c, &pool);
+    assert_int_equal(heap_in_use(), heap);
+    assert_int_equal(count_fds(), fds);
+    assert_int_equal(st, VPMM_ERROR_NO_DEVICE);
+    assert_null(pool);
+    assert_error_mentions("VPMM_BACKEND=host");
+
+    c.backend = VPMM_BACKEND_HOST;
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+    assert_string_equal(vpmm_pool_backend_name(pool), "host");
     CHECK_POOL(pool);
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
 }
@@ -1086,7 +1149,7 @@ int main(void)
         ENV_TEST(test_resolve_env_backend_names),
         ENV_TEST(test_resolve_config_wins_over_env),
         ENV_TEST(test_resolve_mixed_sources),
-        ENV_TEST(test_resolve_config_auto_takes_env_backend),
+        ENV_TEST(test_resolve_config_default_takes_env_backend),
         ENV_TEST(test_resolve_env_zero_pages),
         ENV_TEST(test_resolve_ignore_env),
         ENV_TEST(test_resolve_bad_env),
@@ -1114,7 +1177,7 @@ int main(void)
         ENV_TEST(test_create_bad_config),
         ENV_TEST(test_create_host_memory_env),
         ENV_TEST(test_create_cuda_without_gpu),
-        ENV_TEST(test_create_auto),
+        ENV_TEST(test_create_default_backend),
         ENV_TEST(test_create_env_page_6m_default_va),
         ENV_TEST(test_cache_percent),
     };
