@@ -84,7 +84,7 @@ typedef enum vpmm_status {
     VPMM_ERROR_NOT_SUPPORTED = 10,     /* the device lacks VMM support, or the operation is N/A */
     VPMM_ERROR_DRIVER = 11,            /* a driver call failed; see vpmm_pool_last_driver_error */
     VPMM_ERROR_INVALID_CONFIG = 12,    /* a vpmm_config_t field is out of range */
-    VPMM_ERROR_INVALID_ENV = 13,       /* a VPMM_* environment variable is malformed */
+    VPMM_ERROR_INVALID_ENV = 13,       /* a VPMM_* environment variable is malformed or unknown */
     VPMM_ERROR_STREAM_CAPTURING = 14,  /* the stream (or graph pool) is being captured: not now */
     VPMM_ERROR_POOL_BUSY = 15,         /* live allocations or graph pools remain */
     VPMM_ERROR_WRONG_POOL = 16,        /* the object belongs to another pool or graph pool */
@@ -241,7 +241,9 @@ vpmm_status_t vpmm_config_init_per_thread(vpmm_config_t *config);
 
 /*
  * Creates a pool. config may be NULL (all defaults). Reads VPMM_* environment variables (see
- * README.md); a malformed value fails with VPMM_ERROR_INVALID_ENV and vpmm_last_error() names it.
+ * README.md); a malformed value, or a VPMM_* name that is none of README.md's table (a typo such
+ * as VPMM_MAXBYTES), fails with VPMM_ERROR_INVALID_ENV and vpmm_last_error() names it (and the
+ * closest known name).
  * With no CUDA driver or device, the CUDA backend (the default) fails with VPMM_ERROR_NO_DEVICE
  * and a vpmm_last_error() saying why; nothing is allocated. Threads: free (the driver is loaded
  * once per process, whichever thread is first).

@@ -15,8 +15,9 @@
  * The last four rows were found by this table (docs/BAD_INPUT.md, "Found by the table") and
  * fixed in src/; they stay as regression tests.
  *
- * Environment rows run between tenv_clear (test_util.c), which unset every VPMM_* variable, so no
- * row sees another's settings or the caller's shell. Single-threaded, like every core test.
+ * Environment rows run between tenv_clear (test_util.c), which unsets every library knob and any
+ * unknown VPMM_* name, so no row sees another's settings or the caller's shell. Single-threaded,
+ * like every core test.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -1760,6 +1761,30 @@ static void test_env_backend_cuda_without_device(void **state)
     expect_create_fails(&c, VPMM_ERROR_NO_DEVICE, "no CUDA device", NULL);
 }
 
+/*
+ * Well-formed but no knob: a misspelled name (VPMM_MAXBYTES for VPMM_MAX_BYTES) is refused, with
+ * the closest known name, although the config sets the field; once the name is right the same
+ * config creates a pool (with the cap the name was meant to set).
+ */
+static void test_env_unknown_name(void **state)
+{
+    vpmm_config_t c;
+    vpmm_pool_t *pool = NULL;
+    (void)state;
+    base_config(&c);
+    c.max_bytes = 64 * MiB;
+    assert_int_equal(setenv("VPMM_MAXBYTES", "1M", 1), 0);
+    expect_create_fails(&c, VPMM_ERROR_INVALID_ENV, "VPMM_MAXBYTES is not a vpmm variable",
+                        "did you mean VPMM_MAX_BYTES?");
+    assert_int_equal(unsetenv("VPMM_MAXBYTES"), 0);
+    base_config(&c);
+    assert_int_equal(setenv("VPMM_MAX_BYTES", "4M", 1), 0);
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+    assert_true(tstats(pool).max_bytes == 4 * MiB);
+    tfree(pool, tmalloc(pool, 4096, NULL));
+    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+}
+
 /* ---- bad config fields --------------------------------------------------------------------- */
 
 static void config_row(void (*set)(vpmm_config_t *c, size_t i), size_t n, vpmm_status_t want,
@@ -2162,6 +2187,7 @@ int main(void)
         ENV_TEST(test_env_verbose),
         ENV_TEST(test_env_default_stream),
         ENV_TEST(test_env_backend_cuda_without_device),
+        ENV_TEST(test_env_unknown_name),
         /* bad config fields */
         ENV_TEST(test_config_backend),
         ENV_TEST(test_config_device),
