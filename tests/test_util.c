@@ -172,6 +172,8 @@ void assert_driver_matches_pool(const tpool_t *t)
     assert_int_equal(live.events, events);
 }
 
+extern char **environ; /* POSIX: the program declares it */
+
 /* Whether name (a whole environment entry "NAME=value" is fine) is one of vpmm_i_env_vars. */
 static int env_name_known(const char *entry)
 {
@@ -185,7 +187,6 @@ static int env_name_known(const char *entry)
 
 void tenv_unset_all(void)
 {
-    extern char **environ;
     char name[256];
     int again = 1;
 
