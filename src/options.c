@@ -287,8 +287,8 @@ static int starts(const char *b, const char *a, size_t len)
  * otherwise be ignored, and the program would run without the setting it asked for. The message
  * names the closest known name when one is near: at most a third of its part after "VPMM_"
  * differs (VPMM_MAXBYTES -> VPMM_MAX_BYTES), or the name is cut short after four letters or more
- * (VPMM_TRACE -> VPMM_TRACE_FILE); VPMM_FOO gets no guess. config.ignore_env skips this with the rest of the
- * environment.
+ * (VPMM_TRACE -> VPMM_TRACE_FILE); VPMM_FOO gets no guess. config.ignore_env skips this with the
+ * rest of the environment.
  */
 static vpmm_status_t env_names_known(void)
 {
