@@ -56,7 +56,7 @@ static int cuda_device_ready(char *err, size_t errlen)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        snprintf(err, errlen, "no CUDA device (%s)",
+        snprintf(err, errlen, "no CUDA device (%s); --backend host runs vpmm's host emulation",
                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return -1;
     }

@@ -80,11 +80,11 @@ typedef enum vpmm_status {
     VPMM_ERROR_FOREIGN_POINTER = 6,    /* the pointer is not inside this pool */
     VPMM_ERROR_DOUBLE_FREE = 7,        /* the pointer is inside the pool but not allocated */
     VPMM_ERROR_INTERIOR_POINTER = 8,   /* the pointer is inside an allocation, not its start */
-    VPMM_ERROR_NO_DEVICE = 9,          /* no CUDA driver or no CUDA device */
+    VPMM_ERROR_NO_DEVICE = 9,          /* no CUDA driver or no CUDA device (the CUDA backend) */
     VPMM_ERROR_NOT_SUPPORTED = 10,     /* the device lacks VMM support, or the operation is N/A */
     VPMM_ERROR_DRIVER = 11,            /* a driver call failed; see vpmm_pool_last_driver_error */
     VPMM_ERROR_INVALID_CONFIG = 12,    /* a vpmm_config_t field is out of range */
-    VPMM_ERROR_INVALID_ENV = 13,       /* a VPMM_* environment variable is malformed */
+    VPMM_ERROR_INVALID_ENV = 13,       /* a VPMM_* environment variable is malformed or unknown */
     VPMM_ERROR_STREAM_CAPTURING = 14,  /* the stream (or graph pool) is being captured: not now */
     VPMM_ERROR_POOL_BUSY = 15,         /* live allocations or graph pools remain */
     VPMM_ERROR_WRONG_POOL = 16,        /* the object belongs to another pool or graph pool */
@@ -92,11 +92,15 @@ typedef enum vpmm_status {
     VPMM_ERROR_NOT_CAPTURING = 18,       /* the stream is not being captured */
 } vpmm_status_t;
 
-/* Which implementation of the driver the pool runs on. */
+/*
+ * Which implementation of the driver the pool runs on. The default is CUDA: without a driver or
+ * a device, vpmm_pool_create fails with VPMM_ERROR_NO_DEVICE rather than hand out host memory.
+ * The host emulation runs only when asked for by name (here or with VPMM_BACKEND=host).
+ */
 typedef enum vpmm_backend {
-    VPMM_BACKEND_AUTO = 0, /* CUDA when a device exists, otherwise the host emulation */
-    VPMM_BACKEND_CUDA = 1, /* the real CUDA driver (loaded at run time) */
-    VPMM_BACKEND_HOST = 2, /* CPU emulation: memfd pages, simulated streams (tests, CI, replay) */
+    VPMM_BACKEND_DEFAULT = 0, /* VPMM_BACKEND if set, else CUDA */
+    VPMM_BACKEND_CUDA = 1,    /* the real CUDA driver (loaded at run time) */
+    VPMM_BACKEND_HOST = 2,    /* CPU emulation: memfd pages, simulated streams (tests, CI) */
 } vpmm_backend_t;
 
 /* What stream 0 (NULL) names in the application: that depends on how it was compiled. */
@@ -114,7 +118,7 @@ typedef enum vpmm_default_stream {
  * default; a value set here wins over the environment. Environment knobs are listed in README.md.
  */
 typedef struct vpmm_config {
-    vpmm_backend_t backend; /* VPMM_BACKEND; default AUTO */
+    vpmm_backend_t backend; /* VPMM_BACKEND; DEFAULT (what vpmm_config_init sets) = CUDA */
     int device;             /* CUDA device ordinal; -1 (default) = current device, else 0 */
     size_t page_size; /* VPMM_PAGE_SIZE; 0 = driver granularity (2 MiB on H100); multiple of it */
     size_t va_size;   /* VPMM_VA_SIZE; 0 = 8 TiB; size of each reserved VA chunk */
@@ -237,9 +241,12 @@ vpmm_status_t vpmm_config_init_per_thread(vpmm_config_t *config);
 
 /*
  * Creates a pool. config may be NULL (all defaults). Reads VPMM_* environment variables (see
- * README.md); a malformed value fails with VPMM_ERROR_INVALID_ENV and vpmm_last_error() names it.
- * With no driver or device, VPMM_BACKEND_CUDA fails with VPMM_ERROR_NO_DEVICE and AUTO picks the
- * host emulation. Threads: free (the driver is loaded once per process, whichever thread is first).
+ * README.md); a malformed value, or a VPMM_* name that is none of README.md's table (a typo such
+ * as VPMM_MAXBYTES), fails with VPMM_ERROR_INVALID_ENV and vpmm_last_error() names it (and the
+ * closest known name).
+ * With no CUDA driver or device, the CUDA backend (the default) fails with VPMM_ERROR_NO_DEVICE
+ * and a vpmm_last_error() saying why; nothing is allocated. Threads: free (the driver is loaded
+ * once per process, whichever thread is first).
  */
 vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_pool);
 

@@ -1,8 +1,10 @@
 /*
  * demo.c — a first tour of vpmm (the README's demo); it uses only include/vpmm.h.
  *
- * It creates a pool (VPMM_BACKEND_AUTO: the GPU when there is one, else the host emulation; the
- * VPMM_* environment variables apply, so VPMM_BACKEND=host forces the emulation), allocates on
+ * It creates a pool on the default backend, CUDA (the VPMM_* environment variables apply, so
+ * VPMM_BACKEND=host asks for the emulation). On a machine without a GPU that fails with
+ * VPMM_ERROR_NO_DEVICE — vpmm never hands out host memory unasked — and the demo then asks for the
+ * host emulation backend by name and says so (unless VPMM_BACKEND chose a backend). It allocates on
  * two streams and writes every block, frees every other block of stream A so that the free
  * memory is fragmented, then asks for a block larger than any free piece: the pool maps those
  * free physical pages at a new address instead of copying or growing. It verifies the data,
@@ -167,11 +169,20 @@ int main(void)
     vpmm_status_t st;
     int rc;
 
-    vpmm_config_init(&cfg); /* backend AUTO; the VPMM_* environment variables apply */
+    vpmm_config_init(&cfg); /* the default backend, CUDA; the VPMM_* environment variables apply */
 #ifndef VPMM_DEMO_KERNELS
     cfg.backend = VPMM_BACKEND_HOST; /* no kernels to write GPU memory with */
 #endif
     st = vpmm_pool_create(&cfg, &pool);
+#ifdef VPMM_DEMO_KERNELS
+    if (st == VPMM_ERROR_NO_DEVICE && getenv("VPMM_BACKEND") == NULL) {
+        /* No GPU: the demo can still run, on the emulation, but only by asking for it. */
+        printf("vpmm_pool_create: %s: %s\n", vpmm_status_name(st), vpmm_last_error());
+        printf("so the demo asks for the host emulation: config.backend = VPMM_BACKEND_HOST\n");
+        cfg.backend = VPMM_BACKEND_HOST;
+        st = vpmm_pool_create(&cfg, &pool);
+    }
+#endif
     if (st != VPMM_SUCCESS)
         return fail("vpmm_pool_create", st);
     on_gpu = strcmp(vpmm_pool_backend_name(pool), "cuda") == 0;

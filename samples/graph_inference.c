@@ -3,10 +3,10 @@
  * memory comes from a vpmm graph pool, replayed with a new input each time. It uses only
  * include/vpmm.h, through the op list of graph_ops.h.
  *
- * The pool is created with VPMM_BACKEND_AUTO. On a GPU the step's ops are kernels captured into a
- * CUDA graph, replayed with cudaGraphLaunch. With no GPU, vpmm's host emulation backend emulates
- * the capture and the ops are recorded in an op list that each replay runs on the CPU, on the
- * same vpmm memory. The program says which it does.
+ * The pool is created on the default backend, CUDA. On a GPU the step's ops are kernels captured
+ * into a CUDA graph, replayed with cudaGraphLaunch. With no GPU the program asks for vpmm's host
+ * emulation backend by name (ops_pool_create), which emulates the capture: the ops are recorded in
+ * an op list that each replay runs on the CPU, on the same vpmm memory. It says which it does.
  *
  * The input (4096 floats) and the weights (3 MiB) are allocated before the capture, from the
  * shared pool. The step is six layers; each writes a new array allocated inside the capture with
@@ -147,8 +147,7 @@ int main(int argc, char **argv)
         return 2;
     }
     vpmm_config_init(&cfg);
-    cfg.backend = ops_backend(); /* AUTO, unless built without GPU kernels */
-    if (ops_check(&c, vpmm_pool_create(&cfg, &pool), "vpmm_pool_create"))
+    if (ops_check(&c, ops_pool_create(&cfg, &pool), "vpmm_pool_create"))
         return 1;
     if (ops_ctx_init(&c, pool) ||
         ops_check(&c, vpmm_graph_pool_create(pool, &gp), "vpmm_graph_pool_create"))

@@ -4,7 +4,7 @@
  * in the op list of the graph being captured (OPS_EMULATED), or op_run at once (OPS_REFERENCE).
  * op_run is the CPU arithmetic of every op, so host replays and references compute alike.
  * The GPU paths are compiled only with VPMM_SAMPLE_KERNELS (graph_kernels.cu); without them
- * ops_backend keeps vpmm on the host, so OPS_CUDA never occurs.
+ * ops_pool_create keeps vpmm on the host, so OPS_CUDA never occurs.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -159,13 +159,20 @@ static void submit(ops_ctx_t *c, const op_t *op)
 
 /* ---- contexts ------------------------------------------------------------------------------ */
 
-vpmm_backend_t ops_backend(void)
+vpmm_status_t ops_pool_create(vpmm_config_t *cfg, vpmm_pool_t **out)
 {
 #ifdef VPMM_SAMPLE_KERNELS
-    return VPMM_BACKEND_AUTO;
+    vpmm_status_t st = vpmm_pool_create(cfg, out);
+    if (st != VPMM_ERROR_NO_DEVICE || getenv("VPMM_BACKEND") != NULL)
+        return st;
+    /* No GPU: the sample can still run, on the emulation, but only by asking for it. */
+    printf("vpmm_pool_create: %s: %s\n", vpmm_status_name(st), vpmm_last_error());
+    printf("so this sample asks for the host emulation: config.backend = VPMM_BACKEND_HOST\n");
 #else
-    return VPMM_BACKEND_HOST;
+    printf("built without nvcc (no GPU kernels): config.backend = VPMM_BACKEND_HOST\n");
 #endif
+    cfg->backend = VPMM_BACKEND_HOST;
+    return vpmm_pool_create(cfg, out);
 }
 
 int ops_ctx_init(ops_ctx_t *c, vpmm_pool_t *pool)
@@ -184,18 +191,14 @@ int ops_ctx_init(ops_ctx_t *c, vpmm_pool_t *pool)
         if (!c->failed)
             printf("running on the GPU (%s)\n", name);
 #else
-        fail(c, "the pool runs on a GPU but this build has no kernels (see ops_backend)");
+        fail(c, "the pool runs on a GPU but this build has no kernels (see ops_pool_create)");
 #endif
         return c->failed;
     }
     c->mode = OPS_EMULATED;
     c->stream = HOST_STREAM;
-    if (ops_backend() == VPMM_BACKEND_HOST)
-        printf("built without nvcc (no GPU kernels): ");
-    else if (env != NULL && strcmp(env, "host") == 0)
+    if (env != NULL && strcmp(env, "host") == 0)
         printf("VPMM_BACKEND=host: ");
-    else
-        printf("no GPU: ");
     printf("running on the host emulation backend\n");
     return 0;
 }

@@ -59,9 +59,13 @@ typedef struct ops_ctx {
     int failed;             /* sticky: a call failed (and said why on stderr) */
 } ops_ctx_t;
 
-/* The backend to create the pool with: VPMM_BACKEND_AUTO (the GPU if there is one; VPMM_BACKEND
- * may still ask for the host), or VPMM_BACKEND_HOST in a build without nvcc (no kernels). */
-vpmm_backend_t ops_backend(void);
+/*
+ * vpmm_pool_create(cfg, out) on the default backend, CUDA (VPMM_BACKEND may choose the host). The
+ * host emulation is asked for by name (cfg->backend = VPMM_BACKEND_HOST), saying so on stdout,
+ * in a build without nvcc (no kernels) and when CUDA finds no GPU (VPMM_ERROR_NO_DEVICE) while
+ * VPMM_BACKEND is unset.
+ */
+vpmm_status_t ops_pool_create(vpmm_config_t *cfg, vpmm_pool_t **out);
 
 /* A context for pool: OPS_CUDA on the CUDA backend (with a new non-blocking stream), else
  * OPS_EMULATED (the stream is a token the host backend accepts). Prints which on stdout. */

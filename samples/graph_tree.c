@@ -279,8 +279,7 @@ int main(int argc, char **argv)
         return 2;
     }
     vpmm_config_init(&cfg);
-    cfg.backend = ops_backend(); /* AUTO, unless built without GPU kernels */
-    if (ops_check(&c, vpmm_pool_create(&cfg, &pool), "vpmm_pool_create"))
+    if (ops_check(&c, ops_pool_create(&cfg, &pool), "vpmm_pool_create"))
         return 1;
     if (ops_ctx_init(&c, pool))
         return 1; /* the process exit gives everything back */

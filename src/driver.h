@@ -190,4 +190,11 @@ vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out);
 /* Number of CUDA devices usable by the CUDA backend (0 when there is no driver). */
 int vpmm_driver_cuda_device_count(void);
 
+/*
+ * Why the CUDA driver could not be loaded, in words, into buf (always terminated): "libcuda.so.1
+ * could not be loaded", "cuInit: no CUDA-capable device", "cuInit failed (CUresult 999)"...;
+ * "" when it loaded and has devices. Loads it first if nobody has.
+ */
+void vpmm_driver_cuda_load_error(char *buf, size_t len);
+
 #endif /* VPMM_DRIVER_H */

@@ -46,6 +46,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -811,4 +812,23 @@ fail_free:
 int vpmm_driver_cuda_device_count(void)
 {
     return cu_load() == VPMM_DRV_OK ? g_cu.device_count : 0;
+}
+
+void vpmm_driver_cuda_load_error(char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    if (cu_load() == VPMM_DRV_OK)
+        return;
+    if (g_cu.call == NULL)
+        snprintf(buf, len, "the driver loader could not run");
+    else if (g_cu.lib == NULL)
+        snprintf(buf, len, "libcuda.so.1 could not be loaded");
+    else if (g_cu.get_proc_address == NULL)
+        snprintf(buf, len, "the driver predates CUDA 12.0 (no cuGetProcAddress_v2)");
+    else if (g_cu.code == CUDA_ERROR_NO_DEVICE)
+        snprintf(buf, len, "%s: no CUDA-capable device", g_cu.call);
+    else
+        snprintf(buf, len, "%s failed (CUresult %d)", g_cu.call, (int)g_cu.code);
 }

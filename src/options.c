@@ -3,7 +3,9 @@
  *
  * Every malformed or inconsistent setting becomes a status plus a vpmm_last_error() message that
  * names the variable or field, its value and what was expected; nothing here can crash on input.
- * Tests: tests/test_options.c.
+ * A VPMM_* variable that the project does not define (vpmm_i_env_vars, every name in one table) is
+ * refused too, naming the closest known one: a misspelled knob never goes unnoticed.
+ * Tests: tests/test_options.c, tests/test_env_names.py (the table against the sources).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +23,7 @@ vpmm_status_t vpmm_config_init(vpmm_config_t *config)
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     memset(config, 0, sizeof *config);
-    config->backend = VPMM_BACKEND_AUTO;
+    config->backend = VPMM_BACKEND_DEFAULT;
     config->device = -1;
     config->cache_percent = -1;
     config->verbose = -1;
@@ -170,14 +172,17 @@ static vpmm_status_t env_backend(vpmm_backend_t *backend)
     const char *text = getenv("VPMM_BACKEND");
     if (text == NULL)
         return VPMM_SUCCESS;
-    if (strcmp(text, "auto") == 0)
-        *backend = VPMM_BACKEND_AUTO;
-    else if (strcmp(text, "cuda") == 0)
+    if (strcmp(text, "cuda") == 0)
         *backend = VPMM_BACKEND_CUDA;
     else if (strcmp(text, "host") == 0)
         *backend = VPMM_BACKEND_HOST;
-    else {
-        vpmm_i_set_error("VPMM_BACKEND='%s': expected cuda, host or auto", text);
+    else if (strcmp(text, "auto") == 0) {
+        /* It used to mean "cuda, else host": say why it went rather than just refuse it. */
+        vpmm_i_set_error("VPMM_BACKEND='auto': expected cuda or host (auto is gone: cuda is the "
+                         "default and never falls back to host memory)");
+        return VPMM_ERROR_INVALID_ENV;
+    } else {
+        vpmm_i_set_error("VPMM_BACKEND='%s': expected cuda or host", text);
         return VPMM_ERROR_INVALID_ENV;
     }
     return VPMM_SUCCESS;
@@ -199,6 +204,129 @@ static vpmm_status_t env_default_stream(vpmm_default_stream_t *out)
     return VPMM_SUCCESS;
 }
 
+/* ---- which VPMM_* names exist ------------------------------------------------------------- */
+
+extern char **environ; /* POSIX: the program declares it */
+
+/*
+ * Every VPMM_* environment variable of the project, in one table. The first ten are the library's
+ * knobs; the others are read by tests, tools and integrations whose processes also create pools
+ * (or start processes that do), so they must pass the check below.
+ */
+const vpmm_env_var_t vpmm_i_env_vars[] = {
+    { "VPMM_BACKEND", NULL },
+    { "VPMM_PAGE_SIZE", NULL },
+    { "VPMM_VA_SIZE", NULL },
+    { "VPMM_PAGES", NULL },
+    { "VPMM_HOST_MEMORY", NULL },
+    { "VPMM_CACHE_PERCENT", NULL },
+    { "VPMM_MAX_BYTES", NULL },
+    { "VPMM_VERBOSE", NULL },
+    { "VPMM_TRACE_FILE", NULL },
+    { "VPMM_DEFAULT_STREAM", NULL },
+    { "VPMM_TORCH_ENABLE", "integrations/pytorch/autoenable/sitecustomize.py" },
+    { "VPMM_TORCH_BACKEND", "integrations/pytorch/vpmm/torch.py" },
+    { "VPMM_TORCH_LIB", "samples/pytorch/train_and_graph.py" },
+    { "VPMM_SUITE_TIMEOUT", "integrations/pytorch/suite/run.sh" },
+    { "VPMM_TEST_REQUIRE_GPU", "tests/gpu_test_util.c" },
+    { "VPMM_TEST_SEED", "tests/test_gpu.c" },
+    { "VPMM_TEST_UNDER_VALGRIND", "tests/sanitize/valgrind.sh" },
+    { "VPMM_STRESS_SEED", "tests/test_stress.c" },
+    { "VPMM_STRESS_OPS", "tests/test_stress.c" },
+    { "VPMM_THREADS_SEED", "tests/test_threads.c" },
+    { "VPMM_THREADS_OPS", "tests/test_threads.c" },
+    { "VPMM_TSAN_THREADS_OPS", "tests/sanitize/run_ci.sh" },
+};
+const size_t vpmm_i_env_var_count = sizeof vpmm_i_env_vars / sizeof vpmm_i_env_vars[0];
+
+static char upper(char c)
+{
+    return c >= 'a' && c <= 'z' ? (char)(c - 'a' + 'A') : c;
+}
+
+/* Optimal string alignment: Levenshtein plus adjacent swaps, three rows of at most 64 cells. */
+size_t vpmm_i_name_distance(const char *a, size_t alen, const char *b)
+{
+    size_t rows[3][VPMM_NAME_DISTANCE_MAX + 1];
+    size_t *before = rows[0], *prev = rows[1], *cur = rows[2], *t;
+    size_t blen = strlen(b);
+
+    if (alen > VPMM_NAME_DISTANCE_MAX || blen > VPMM_NAME_DISTANCE_MAX)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= blen; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= alen; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= blen; j++) {
+            size_t v = VPMM_MIN(prev[j], cur[j - 1]) + 1; /* a deletion or an insertion */
+            v = VPMM_MIN(v, prev[j - 1] + (upper(a[i - 1]) != upper(b[j - 1])));
+            if (i > 1 && j > 1 && upper(a[i - 1]) == upper(b[j - 2]) &&
+                upper(a[i - 2]) == upper(b[j - 1]))
+                v = VPMM_MIN(v, before[j - 2] + 1);
+            cur[j] = v;
+        }
+        t = before;
+        before = prev;
+        prev = cur;
+        cur = t;
+    }
+    return prev[blen];
+}
+
+/* Whether the first len bytes of a start b, letters compared without case. */
+static int starts(const char *b, const char *a, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (b[i] == '\0' || upper(a[i]) != upper(b[i]))
+            return 0;
+    return 1;
+}
+
+/*
+ * Refuses a VPMM_* variable that is none of ours: a misspelled knob (VPMM_MAXBYTES=1M) would
+ * otherwise be ignored, and the program would run without the setting it asked for. The message
+ * names the closest known name when one is near: at most a third of its part after "VPMM_"
+ * differs (VPMM_MAXBYTES -> VPMM_MAX_BYTES), or the name is cut short after four letters or more
+ * (VPMM_TRACE -> VPMM_TRACE_FILE); VPMM_FOO gets no guess. config.ignore_env skips this with the
+ * rest of the environment.
+ */
+static vpmm_status_t env_names_known(void)
+{
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        const char *eq = strchr(*e, '=');
+        size_t len = eq != NULL ? (size_t)(eq - *e) : strlen(*e);
+        const char *guess = NULL;
+        size_t best = SIZE_MAX;
+        int known = 0;
+
+        if (strncmp(*e, "VPMM_", 5) != 0)
+            continue;
+        for (size_t i = 0; i < vpmm_i_env_var_count; i++) {
+            const char *name = vpmm_i_env_vars[i].name;
+            size_t d;
+            if (strlen(name) == len && strncmp(*e, name, len) == 0) {
+                known = 1;
+                break;
+            }
+            d = vpmm_i_name_distance(*e, len, name);
+            if (d < best &&
+                (d <= (strlen(name) - 5 + 2) / 3 || (len >= 9 && starts(name, *e, len)))) {
+                best = d;
+                guess = name;
+            }
+        }
+        if (known)
+            continue;
+        if (guess != NULL)
+            vpmm_i_set_error("%.*s is not a vpmm variable; did you mean %s?", (int)len, *e, guess);
+        else
+            vpmm_i_set_error("%.*s%s is not a vpmm variable (README.md's knob table lists them)",
+                             (int)VPMM_MIN(len, 64), *e, len > 64 ? "..." : "");
+        return VPMM_ERROR_INVALID_ENV;
+    }
+    return VPMM_SUCCESS;
+}
+
 vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t *out)
 {
     vpmm_config_t defaults;
@@ -209,16 +337,16 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT, max_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t verbose_src = VPMM_FROM_DEFAULT;
-    vpmm_backend_t env_back = VPMM_BACKEND_AUTO;
+    vpmm_backend_t env_back = VPMM_BACKEND_CUDA; /* the default backend */
     vpmm_default_stream_t env_default = VPMM_DEFAULT_STREAM_UNSET;
 
     if (config == NULL) {
         vpmm_config_init(&defaults);
         config = &defaults;
     }
-    if (config->backend != VPMM_BACKEND_AUTO && config->backend != VPMM_BACKEND_CUDA &&
+    if (config->backend != VPMM_BACKEND_DEFAULT && config->backend != VPMM_BACKEND_CUDA &&
         config->backend != VPMM_BACKEND_HOST) {
-        vpmm_i_set_error("config.backend=%d: expected VPMM_BACKEND_AUTO, _CUDA or _HOST",
+        vpmm_i_set_error("config.backend=%d: expected VPMM_BACKEND_DEFAULT, _CUDA or _HOST",
                          (int)config->backend);
         return VPMM_ERROR_INVALID_CONFIG;
     }
@@ -245,6 +373,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
 
     /* Parse every variable even if the config overrides it: a typo should never go unnoticed. */
     if (!config->ignore_env) {
+        VPMM_CHECK(env_names_known());
         VPMM_CHECK(env_backend(&env_back));
         VPMM_CHECK(env_number("VPMM_PAGE_SIZE", &env_page, &page_src, 0, 1, SIZE_MAX,
                               "the page size must be positive"));
@@ -270,7 +399,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     }
 
     memset(&o, 0, sizeof o);
-    o.backend = config->backend != VPMM_BACKEND_AUTO ? config->backend : env_back;
+    o.backend = config->backend != VPMM_BACKEND_DEFAULT ? config->backend : env_back;
     o.device = config->device;
 
     o.page_size = config->page_size ? config->page_size : env_page;

@@ -4,7 +4,7 @@
  * Precedence: a config field set away from its default wins; otherwise the environment variable
  * (unless config->ignore_env); otherwise the built-in default. Resolution happens in two steps
  * because the page size can only be checked once the driver has reported its granularity.
- * Pure functions over their arguments plus getenv(); thread-safe as far as getenv is.
+ * Pure functions over their arguments plus getenv() and environ; thread-safe as far as getenv is.
  */
 #ifndef VPMM_OPTIONS_H
 #define VPMM_OPTIONS_H
@@ -25,7 +25,7 @@ typedef enum vpmm_option_source {
 } vpmm_option_source_t;
 
 typedef struct vpmm_options {
-    vpmm_backend_t backend;
+    vpmm_backend_t backend; /* CUDA or HOST once resolved, never DEFAULT */
     int device;
     size_t page_size; /* 0 until vpmm_i_options_finish: "use the granularity" */
     size_t va_size;
@@ -41,7 +41,8 @@ typedef struct vpmm_options {
 
 /*
  * Step 1: merge config and environment. Fails with VPMM_ERROR_INVALID_CONFIG for an out-of-range
- * field and VPMM_ERROR_INVALID_ENV for a malformed variable; vpmm_last_error() names it.
+ * field and VPMM_ERROR_INVALID_ENV for a malformed variable or a VPMM_* name that is none of
+ * vpmm_i_env_vars; vpmm_last_error() names it (and, for an unknown name, the closest known one).
  */
 vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t *out);
 
@@ -50,6 +51,28 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
  * VA chunk size and preallocation agree. Errors name the setting and where it came from.
  */
 vpmm_status_t vpmm_i_options_finish(vpmm_options_t *o, size_t granularity);
+
+/*
+ * One VPMM_* environment variable the project defines. vpmm_i_env_vars lists every one, the
+ * library's knobs and the variables its tests, tools and integrations read (README.md's knob
+ * table has the same rows; tests/test_env_names.py checks both against the sources); any other
+ * VPMM_* name makes vpmm_i_options_resolve fail.
+ */
+typedef struct vpmm_env_var {
+    const char *name;
+    const char *reader; /* NULL: a knob of vpmm_pool_create; else the file that reads it */
+} vpmm_env_var_t;
+
+extern const vpmm_env_var_t vpmm_i_env_vars[];
+extern const size_t vpmm_i_env_var_count;
+
+/*
+ * Edit distance between the first alen bytes of a and the string b: insertions, deletions,
+ * substitutions and swaps of adjacent characters cost one each, letters compare without case.
+ * SIZE_MAX when either is longer than VPMM_NAME_DISTANCE_MAX (no name of ours is).
+ */
+#define VPMM_NAME_DISTANCE_MAX 63
+size_t vpmm_i_name_distance(const char *a, size_t alen, const char *b);
 
 /*
  * Parses a byte size: decimal digits with an optional K, M, G or T suffix (either case; powers of

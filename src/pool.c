@@ -219,16 +219,29 @@ fail_drv:
     return st;
 }
 
+/*
+ * The CUDA backend found nothing to run on. Never a silent switch to host memory: say why, and
+ * how to ask for the emulation.
+ */
+static void set_no_device_error(int device)
+{
+    char why[96];
+    vpmm_driver_cuda_load_error(why, sizeof why);
+    if (why[0] == '\0')
+        snprintf(why, sizeof why, "device %d absent: the driver sees %d", device,
+                 vpmm_driver_cuda_device_count());
+    vpmm_i_set_error("no CUDA device or driver found (%s); VPMM_BACKEND=host (or config.backend = "
+                     "VPMM_BACKEND_HOST) selects the host emulation",
+                     why);
+}
+
 static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
 {
     vpmm_host_options_t host = { .memory_limit = opt->host_memory,
                                  .per_thread_default_stream = opt->per_thread_default };
     vpmm_dres_t r;
-    vpmm_backend_t b = opt->backend;
 
-    if (b == VPMM_BACKEND_AUTO)
-        b = vpmm_driver_cuda_device_count() > 0 ? VPMM_BACKEND_CUDA : VPMM_BACKEND_HOST;
-    if (b == VPMM_BACKEND_HOST) {
+    if (opt->backend == VPMM_BACKEND_HOST) {
         r = vpmm_host_open(&host, out);
         if (r != VPMM_DRV_OK)
             vpmm_i_set_error("the host backend could not start (error %d)", (int)r);
@@ -236,7 +249,7 @@ static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
     }
     r = vpmm_driver_cuda_open(opt->device, out);
     if (r == VPMM_DRV_NO_DEVICE)
-        vpmm_i_set_error("no CUDA device (no driver, no device, or device %d absent)", opt->device);
+        set_no_device_error(opt->device);
     else if (r == VPMM_DRV_NOT_SUPPORTED)
         vpmm_i_set_error("the CUDA device does not support virtual memory management");
     else if (r != VPMM_DRV_OK)

@@ -53,7 +53,7 @@ const char *vpmm_strerror(vpmm_status_t status)
     case VPMM_ERROR_INTERIOR_POINTER:
         return "pointer is inside an allocation, not its start";
     case VPMM_ERROR_NO_DEVICE:
-        return "no CUDA device";
+        return "no CUDA driver or device";
     case VPMM_ERROR_NOT_SUPPORTED:
         return "not supported";
     case VPMM_ERROR_DRIVER:

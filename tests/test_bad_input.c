@@ -15,8 +15,9 @@
  * The last four rows were found by this table (docs/BAD_INPUT.md, "Found by the table") and
  * fixed in src/; they stay as regression tests.
  *
- * Environment rows run between tenv_clear (test_util.c), which unset every VPMM_* variable, so no
- * row sees another's settings or the caller's shell. Single-threaded, like every core test.
+ * Environment rows run between tenv_clear (test_util.c), which unsets every library knob and any
+ * unknown VPMM_* name, so no row sees another's settings or the caller's shell. Single-threaded,
+ * like every core test.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -1663,8 +1664,9 @@ static void env_row(const char *name, const bad_value_t *bad, size_t n, int va_f
 static void test_env_backend(void **state)
 {
     (void)state;
-    ENV_ROW("VPMM_BACKEND", 0, { "gpu", "VPMM_BACKEND='gpu': expected cuda, host or auto" },
-            { "CUDA", "VPMM_BACKEND='CUDA': expected cuda, host or auto" },
+    ENV_ROW("VPMM_BACKEND", 0, { "gpu", "VPMM_BACKEND='gpu': expected cuda or host" },
+            { "CUDA", "VPMM_BACKEND='CUDA': expected cuda or host" },
+            { "auto", "VPMM_BACKEND='auto': expected cuda or host (auto is gone" },
             { "", "VPMM_BACKEND='': expected" });
 }
 
@@ -1759,6 +1761,30 @@ static void test_env_backend_cuda_without_device(void **state)
     expect_create_fails(&c, VPMM_ERROR_NO_DEVICE, "no CUDA device", NULL);
 }
 
+/*
+ * Well-formed but no knob: a misspelled name (VPMM_MAXBYTES for VPMM_MAX_BYTES) is refused, with
+ * the closest known name, although the config sets the field; once the name is right the same
+ * config creates a pool (with the cap the name was meant to set).
+ */
+static void test_env_unknown_name(void **state)
+{
+    vpmm_config_t c;
+    vpmm_pool_t *pool = NULL;
+    (void)state;
+    base_config(&c);
+    c.max_bytes = 64 * MiB;
+    assert_int_equal(setenv("VPMM_MAXBYTES", "1M", 1), 0);
+    expect_create_fails(&c, VPMM_ERROR_INVALID_ENV, "VPMM_MAXBYTES is not a vpmm variable",
+                        "did you mean VPMM_MAX_BYTES?");
+    assert_int_equal(unsetenv("VPMM_MAXBYTES"), 0);
+    base_config(&c);
+    assert_int_equal(setenv("VPMM_MAX_BYTES", "4M", 1), 0);
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+    assert_true(tstats(pool).max_bytes == 4 * MiB);
+    tfree(pool, tmalloc(pool, 4096, NULL));
+    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+}
+
 /* ---- bad config fields --------------------------------------------------------------------- */
 
 static void config_row(void (*set)(vpmm_config_t *c, size_t i), size_t n, vpmm_status_t want,
@@ -1784,7 +1810,7 @@ static void set_backend(vpmm_config_t *c, size_t i)
 static void test_config_backend(void **state)
 {
     static const char *const says[] = {
-        "config.backend=7: expected VPMM_BACKEND_AUTO, _CUDA or _HOST",
+        "config.backend=7: expected VPMM_BACKEND_DEFAULT, _CUDA or _HOST",
         "config.backend=-1: expected",
     };
     (void)state;
@@ -2161,6 +2187,7 @@ int main(void)
         ENV_TEST(test_env_verbose),
         ENV_TEST(test_env_default_stream),
         ENV_TEST(test_env_backend_cuda_without_device),
+        ENV_TEST(test_env_unknown_name),
         /* bad config fields */
         ENV_TEST(test_config_backend),
         ENV_TEST(test_config_device),

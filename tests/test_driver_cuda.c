@@ -82,6 +82,30 @@ static void test_device_count_without_crash(void **state)
     printf("[driver_cuda] device_count = %d (libcuda.so.1 %s)\n", n, lib ? "present" : "absent");
 }
 
+/* The reason vpmm_pool_create gives for NO_DEVICE: empty exactly when the driver has devices. */
+static void test_load_error_explains_no_device(void **state)
+{
+    char why[96], tiny[8];
+    (void)state;
+    memset(why, 'x', sizeof why);
+    vpmm_driver_cuda_load_error(why, sizeof why);
+    assert_non_null(memchr(why, '\0', sizeof why));
+    printf("[driver_cuda] load error: \"%s\"\n", why);
+    if (vpmm_driver_cuda_device_count() > 0) {
+        assert_string_equal(why, "");
+        return;
+    }
+    assert_true(why[0] != '\0');
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+        assert_string_equal(why, "libcuda.so.1 could not be loaded");
+    else
+        dlclose(lib);
+    vpmm_driver_cuda_load_error(tiny, sizeof tiny); /* truncated, terminated */
+    assert_int_equal(strlen(tiny), sizeof tiny - 1);
+    vpmm_driver_cuda_load_error(NULL, 0); /* asks for nothing */
+}
+
 static void test_open_null_out(void **state)
 {
     (void)state;
@@ -981,6 +1005,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_count_without_crash),
+        cmocka_unit_test(test_load_error_explains_no_device),
         cmocka_unit_test(test_open_null_out),
         cmocka_unit_test(test_open_current_device),
         cmocka_unit_test(test_open_out_of_range),

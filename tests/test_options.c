@@ -6,11 +6,15 @@
  * the driver granularity). The last group goes through the public vpmm_pool_create on the host
  * backend, so an environment knob is seen to reach the pool it configures.
  *
- * Every test that touches the environment runs between tenv_clear (test_util.c), which unset all
- * VPMM_* variables, so no test sees another's settings or the caller's shell. Pools created here
+ * Every test that touches the environment runs between tenv_clear (test_util.c), which unsets
+ * every library knob, so no test sees another's settings or the caller's shell. The unknown-name
+ * tests (a VPMM_* name that is none of vpmm_i_env_vars is refused, naming the closest known one)
+ * unset the names they make up themselves. Pools created here
  * set a small VPMM_VA_SIZE: ASan's shadow may leave no room for the default 8 TiB placeholder.
  */
+#include <dirent.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,7 +223,7 @@ static void test_config_init(void **state)
     (void)state;
     memset(&c, 0xab, sizeof c);
     assert_int_equal(vpmm_config_init(&c), VPMM_SUCCESS);
-    assert_int_equal(c.backend, VPMM_BACKEND_AUTO);
+    assert_int_equal(c.backend, VPMM_BACKEND_DEFAULT);
     assert_int_equal(c.device, -1);
     assert_int_equal(c.page_size, 0);
     assert_int_equal(c.va_size, 0);
@@ -246,7 +250,7 @@ static void test_config_init_null(void **state)
 
 static void assert_defaults(const vpmm_options_t *o)
 {
-    assert_int_equal(o->backend, VPMM_BACKEND_AUTO);
+    assert_int_equal(o->backend, VPMM_BACKEND_CUDA); /* the default: never the host unasked */
     assert_int_equal(o->device, -1);
     assert_int_equal(o->page_size, 0);
     assert_int_equal(o->page_size_src, VPMM_FROM_DEFAULT);
@@ -302,9 +306,7 @@ static void test_resolve_env_backend_names(void **state)
     static const struct {
         const char *text;
         vpmm_backend_t want;
-    } cases[] = { { "auto", VPMM_BACKEND_AUTO },
-                  { "cuda", VPMM_BACKEND_CUDA },
-                  { "host", VPMM_BACKEND_HOST } };
+    } cases[] = { { "cuda", VPMM_BACKEND_CUDA }, { "host", VPMM_BACKEND_HOST } };
     vpmm_options_t o;
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -360,17 +362,22 @@ static void test_resolve_mixed_sources(void **state)
     assert_true(o.host_memory == VPMM_DEFAULT_HOST_MEMORY);
 }
 
-/* AUTO is the config's "default", so it cannot override VPMM_BACKEND. */
-static void test_resolve_config_auto_takes_env_backend(void **state)
+/* DEFAULT is the config's "unset", so it cannot override VPMM_BACKEND; unset both, it is CUDA. */
+static void test_resolve_config_default_takes_env_backend(void **state)
 {
     vpmm_config_t c;
     vpmm_options_t o;
     (void)state;
-    set_env("VPMM_BACKEND", "host");
     vpmm_config_init(&c);
-    c.backend = VPMM_BACKEND_AUTO;
+    assert_int_equal(c.backend, VPMM_BACKEND_DEFAULT);
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.backend, VPMM_BACKEND_CUDA);
+    set_env("VPMM_BACKEND", "host");
     assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
     assert_int_equal(o.backend, VPMM_BACKEND_HOST);
+    set_env("VPMM_BACKEND", "cuda");
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.backend, VPMM_BACKEND_CUDA);
 }
 
 /* VPMM_PAGES=0 is valid ("no preallocation") and still counts as set by the environment. */
@@ -424,6 +431,7 @@ static const bad_env_t bad_envs[] = {
     { "VPMM_PAGES", "-1" },
     { "VPMM_PAGES", "99999999999999999999999" },
     { "VPMM_BACKEND", "gpu" },
+    { "VPMM_BACKEND", "auto" }, /* gone: it meant host memory without a GPU */
     { "VPMM_BACKEND", "CUDA" }, /* case-sensitive */
     { "VPMM_BACKEND", "Host" },
     { "VPMM_BACKEND", "" },
@@ -488,7 +496,12 @@ static void test_resolve_bad_env_messages(void **state)
     tenv_unset_all();
     set_env("VPMM_BACKEND", "CUDA");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
-    assert_string_equal(vpmm_last_error(), "VPMM_BACKEND='CUDA': expected cuda, host or auto");
+    assert_string_equal(vpmm_last_error(), "VPMM_BACKEND='CUDA': expected cuda or host");
+    tenv_unset_all();
+    set_env("VPMM_BACKEND", "auto");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_BACKEND='auto': expected cuda or host (auto is gone: cuda is the "
+                          "default and never falls back to host memory)");
     tenv_unset_all();
     set_env("VPMM_VA_SIZE", "0");
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
@@ -586,6 +599,153 @@ static void test_default_stream(void **state)
     assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_ENV);
     assert_string_equal(vpmm_last_error(),
                         "VPMM_DEFAULT_STREAM='per_thread': expected legacy or per-thread");
+}
+
+/* ---- unknown VPMM_* names -------------------------------------------------------------------- */
+
+static void test_name_distance(void **state)
+{
+    char longer[VPMM_NAME_DISTANCE_MAX + 2];
+    (void)state;
+    assert_int_equal(vpmm_i_name_distance("kitten", 6, "sitting"), 3);
+    assert_int_equal(vpmm_i_name_distance("VPMM_MAXBYTES", 13, "VPMM_MAX_BYTES"), 1);
+    assert_int_equal(vpmm_i_name_distance("VPMM_VA_SZIE", 12, "VPMM_VA_SIZE"), 1); /* a swap */
+    assert_int_equal(vpmm_i_name_distance("vpmm_pages", 10, "VPMM_PAGES"), 0);     /* no case */
+    assert_int_equal(vpmm_i_name_distance("", 0, "VPMM_PAGES"), 10);
+    assert_int_equal(vpmm_i_name_distance("VPMM_PAGES", 10, ""), 10);
+    /* Only the first alen bytes count: an environment entry is "NAME=value". */
+    assert_int_equal(vpmm_i_name_distance("VPMM_PAGES=3", 10, "VPMM_PAGES"), 0);
+    memset(longer, 'A', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    assert_true(vpmm_i_name_distance(longer, VPMM_NAME_DISTANCE_MAX, "VPMM_PAGES") < SIZE_MAX);
+    assert_true(vpmm_i_name_distance(longer, VPMM_NAME_DISTANCE_MAX + 1, "VPMM_PAGES") == SIZE_MAX);
+    assert_true(vpmm_i_name_distance("A", 1, longer) == SIZE_MAX);
+}
+
+/*
+ * Every name of the table: VPMM_*, distinct, short enough to be compared, and accepted — the
+ * tests' and tools' names with any value (the library never reads them; those the caller has set,
+ * such as VPMM_TEST_UNDER_VALGRIND, are left as they are).
+ */
+static void test_env_names_table(void **state)
+{
+    int set_here[64] = { 0 };
+    vpmm_options_t o;
+    size_t knobs = 0;
+    (void)state;
+    assert_true(vpmm_i_env_var_count <= sizeof set_here / sizeof set_here[0]);
+    for (size_t i = 0; i < vpmm_i_env_var_count; i++) {
+        const char *name = vpmm_i_env_vars[i].name;
+        assert_int_equal(strncmp(name, "VPMM_", 5), 0);
+        assert_true(strlen(name) > 5 && strlen(name) <= VPMM_NAME_DISTANCE_MAX);
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(name, vpmm_i_env_vars[j].name);
+        if (vpmm_i_env_vars[i].reader == NULL) {
+            knobs++;
+        } else if (getenv(name) == NULL) {
+            set_env(name, "1");
+            set_here[i] = 1;
+        }
+    }
+    assert_int_equal(knobs, 10);
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    for (size_t i = 0; i < vpmm_i_env_var_count; i++)
+        if (set_here[i])
+            assert_int_equal(unsetenv(vpmm_i_env_vars[i].name), 0);
+}
+
+typedef struct typo {
+    const char *name;
+    const char *guess; /* NULL: nothing near enough to name */
+} typo_t;
+
+static const typo_t typos[] = {
+    { "VPMM_MAXBYTES", "VPMM_MAX_BYTES" },
+    { "VPMM_max_bytes", "VPMM_MAX_BYTES" }, /* the case is not the name */
+    { "VPMM_PAGESIZE", "VPMM_PAGE_SIZE" },
+    { "VPMM_VA_SZIE", "VPMM_VA_SIZE" }, /* two letters swapped */
+    { "VPMM_PAGE", "VPMM_PAGES" },
+    { "VPMM_BACKENDS", "VPMM_BACKEND" },
+    { "VPMM_VERBOSITY", "VPMM_VERBOSE" },
+    { "VPMM_CACHE_PERCENTAGE", "VPMM_CACHE_PERCENT" },
+    { "VPMM_HOSTMEM", "VPMM_HOST_MEMORY" },
+    { "VPMM_TRACE", "VPMM_TRACE_FILE" },       /* cut short */
+    { "VPMM_DEFAULT", "VPMM_DEFAULT_STREAM" }, /* cut short */
+    { "VPMM_THREAD_OPS", "VPMM_THREADS_OPS" }, /* a test's variable is a name too */
+    { "VPMM_TORCH_ENABLED", "VPMM_TORCH_ENABLE" },
+    { "VPMM_FOO", NULL },
+    { "VPMM_MAX", NULL }, /* too short to guess from */
+    { "VPMM_", NULL },
+};
+
+static void expect_typo_message(const typo_t *t)
+{
+    char want[256];
+    if (t->guess != NULL)
+        snprintf(want, sizeof want, "%s is not a vpmm variable; did you mean %s?", t->name,
+                 t->guess);
+    else
+        snprintf(want, sizeof want, "%s is not a vpmm variable (README.md's knob table lists them)",
+                 t->name);
+    assert_string_equal(vpmm_last_error(), want);
+}
+
+/* A VPMM_* name that is none of the project's is refused, naming the closest known one. */
+static void test_resolve_unknown_name(void **state)
+{
+    vpmm_options_t o, before;
+    vpmm_config_t c;
+    (void)state;
+    for (size_t i = 0; i < sizeof typos / sizeof typos[0]; i++) {
+        set_env(typos[i].name, "1M");
+        memset(&o, 0x5a, sizeof o);
+        before = o;
+        assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+        expect_typo_message(&typos[i]);
+        assert_memory_equal(&o, &before, sizeof o); /* out untouched on error */
+        /* Also when the config sets every field the environment could: a typo is a typo. */
+        vpmm_config_init(&c);
+        c.backend = VPMM_BACKEND_HOST;
+        c.page_size = 4 * MiB;
+        c.max_bytes = 64 * MiB;
+        assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_ENV);
+        expect_typo_message(&typos[i]);
+        /* Not read at all with ignore_env. */
+        c.ignore_env = 1;
+        assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+        assert_int_equal(unsetenv(typos[i].name), 0);
+        assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    }
+}
+
+/* Only names that begin with "VPMM_" are ours to judge. */
+static void test_resolve_other_names_ignored(void **state)
+{
+    static const char *const others[] = { "VPMMX_FOO", "XVPMM_FOO", "vpmm_foo", "VPM_MAX_BYTES",
+                                          "VPMM" };
+    vpmm_options_t o;
+    (void)state;
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        set_env(others[i], "1");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        assert_int_equal(unsetenv(others[i]), 0);
+}
+
+/* A long unknown name: no guess (too far from any), shown cut to 64 characters. */
+static void test_resolve_unknown_long_name(void **state)
+{
+    char name[200], want[128];
+    vpmm_options_t o;
+    (void)state;
+    memcpy(name, "VPMM_", 5);
+    memset(name + 5, 'Z', sizeof name - 6);
+    name[sizeof name - 1] = '\0';
+    set_env(name, "1");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    snprintf(want, sizeof want, "%.64s... is not a vpmm variable", name);
+    assert_error_mentions(want);
+    assert_int_equal(unsetenv(name), 0);
 }
 
 /* ---- vpmm_i_options_resolve: bad config ------------------------------------------------------ */
@@ -1000,18 +1160,105 @@ static void test_create_cuda_without_gpu(void **state)
     set_env("VPMM_BACKEND", "cuda");
     set_env("VPMM_VA_SIZE", "1G");
     expect_create_fails(VPMM_ERROR_NO_DEVICE, "no CUDA device");
+    assert_error_mentions("VPMM_BACKEND=host");
 }
 
-static void test_create_auto(void **state)
+/* Open file descriptors of the process (a host backend would hold a memfd). */
+static size_t count_fds(void)
 {
+    DIR *d = opendir("/proc/self/fd");
+    size_t n = 0;
+    assert_non_null(d);
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Heap bytes in use (glibc; 0 elsewhere, and under ASan, which keeps its own books). */
+static size_t heap_in_use(void)
+{
+#ifdef __GLIBC__
+    return mallinfo2().uordblks;
+#else
+    return 0;
+#endif
+}
+
+/*
+ * The default backend is CUDA, for a NULL config as for vpmm_config_init's: without a GPU, creation
+ * fails with VPMM_ERROR_NO_DEVICE and a message that names VPMM_BACKEND=host — never a pool of host
+ * memory — and leaves nothing allocated (heap and file descriptors as before). Asked for by name,
+ * the host emulation still works. Where a GPU is present the default gives a CUDA pool instead.
+ */
+static void test_create_default_backend(void **state)
+{
+    vpmm_config_t c;
     vpmm_pool_t *pool = NULL;
-    const char *want = vpmm_driver_cuda_device_count() > 0 ? "cuda" : "host";
+    size_t fds, heap;
+    vpmm_status_t st;
     (void)state;
-    set_env("VPMM_BACKEND", "auto");
-    set_env("VPMM_VA_SIZE", "1G");
-    assert_int_equal(vpmm_pool_create(NULL, &pool), VPMM_SUCCESS);
-    assert_string_equal(vpmm_pool_backend_name(pool), want);
+    vpmm_config_init(&c);
+    c.va_size = 1 * GiB;
+    if (vpmm_driver_cuda_device_count() > 0) {
+        assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+        assert_string_equal(vpmm_pool_backend_name(pool), "cuda");
+        assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+        return; /* the NO_DEVICE half needs a machine without a GPU */
+    }
+    expect_create_fails(VPMM_ERROR_NO_DEVICE, "VPMM_BACKEND=host");
+    assert_error_mentions("no CUDA device or driver found (");
+    assert_string_equal(vpmm_strerror(VPMM_ERROR_NO_DEVICE), "no CUDA driver or device");
+
+    pool = (vpmm_pool_t *)&pool;
+    fds = count_fds();
+    heap = heap_in_use();
+    st = vpmm_pool_create(&c, &pool);
+    assert_int_equal(heap_in_use(), heap);
+    assert_int_equal(count_fds(), fds);
+    assert_int_equal(st, VPMM_ERROR_NO_DEVICE);
+    assert_null(pool);
+    assert_error_mentions("VPMM_BACKEND=host");
+
+    c.backend = VPMM_BACKEND_HOST;
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+    assert_string_equal(vpmm_pool_backend_name(pool), "host");
     CHECK_POOL(pool);
+    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+}
+
+/*
+ * VPMM_MAXBYTES=1M (meant: VPMM_MAX_BYTES) through vpmm_pool_create: refused before anything is
+ * made, nothing left allocated; once the name is right the same call works, with the cap.
+ */
+static void test_create_unknown_name(void **state)
+{
+    vpmm_config_t c;
+    vpmm_pool_t *pool = NULL;
+    size_t fds, heap;
+    vpmm_status_t st;
+    (void)state;
+    vpmm_config_init(&c);
+    c.backend = VPMM_BACKEND_HOST;
+    c.va_size = 1 * GiB;
+    set_env("VPMM_MAXBYTES", "4M");
+    expect_create_fails(VPMM_ERROR_INVALID_ENV,
+                        "VPMM_MAXBYTES is not a vpmm variable; did you mean VPMM_MAX_BYTES?");
+    pool = (vpmm_pool_t *)&pool;
+    fds = count_fds();
+    heap = heap_in_use();
+    st = vpmm_pool_create(&c, &pool);
+    assert_int_equal(heap_in_use(), heap);
+    assert_int_equal(count_fds(), fds);
+    assert_int_equal(st, VPMM_ERROR_INVALID_ENV);
+    assert_null(pool);
+    assert_error_mentions("did you mean VPMM_MAX_BYTES?");
+    assert_string_equal(vpmm_strerror(st), "invalid VPMM_* environment variable");
+
+    assert_int_equal(unsetenv("VPMM_MAXBYTES"), 0);
+    set_env("VPMM_MAX_BYTES", "4M");
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+    assert_true(tstats(pool).max_bytes == 4 * MiB);
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
 }
 
@@ -1086,12 +1333,17 @@ int main(void)
         ENV_TEST(test_resolve_env_backend_names),
         ENV_TEST(test_resolve_config_wins_over_env),
         ENV_TEST(test_resolve_mixed_sources),
-        ENV_TEST(test_resolve_config_auto_takes_env_backend),
+        ENV_TEST(test_resolve_config_default_takes_env_backend),
         ENV_TEST(test_resolve_env_zero_pages),
         ENV_TEST(test_resolve_ignore_env),
         ENV_TEST(test_resolve_bad_env),
         ENV_TEST(test_resolve_bad_env_messages),
         ENV_TEST(test_resolve_bad_env_despite_config),
+        cmocka_unit_test(test_name_distance),
+        ENV_TEST(test_env_names_table),
+        ENV_TEST(test_resolve_unknown_name),
+        ENV_TEST(test_resolve_other_names_ignored),
+        ENV_TEST(test_resolve_unknown_long_name),
         ENV_TEST(test_cap_and_verbose),
         ENV_TEST(test_default_stream),
         ENV_TEST(test_resolve_bad_config),
@@ -1114,7 +1366,8 @@ int main(void)
         ENV_TEST(test_create_bad_config),
         ENV_TEST(test_create_host_memory_env),
         ENV_TEST(test_create_cuda_without_gpu),
-        ENV_TEST(test_create_auto),
+        ENV_TEST(test_create_default_backend),
+        ENV_TEST(test_create_unknown_name),
         ENV_TEST(test_create_env_page_6m_default_va),
         ENV_TEST(test_cache_percent),
     };

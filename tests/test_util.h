@@ -80,8 +80,9 @@ void assert_snap_equal(const tsnap_t *a, const tsnap_t *b);
  */
 void assert_driver_matches_pool(const tpool_t *t);
 
-/* Unsets every VPMM_* variable vpmm_pool_create reads; tenv_clear is the same as a cmocka
- * setup/teardown, for the tests that set them. */
+/* Unsets every VPMM_* variable vpmm_pool_create reads (the library's rows of vpmm_i_env_vars,
+ * options.h) and every VPMM_* name that is none of the table's; tenv_clear is the same as a
+ * cmocka setup/teardown, for the tests that set them. */
 void tenv_unset_all(void);
 int tenv_clear(void **state);
 

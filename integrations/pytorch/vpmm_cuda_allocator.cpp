@@ -508,10 +508,8 @@ class VpmmAllocator : public CUDAAllocator
         if (!slot) {
             auto d = std::make_unique<Device>();
             vpmm_config_t cfg;
-            vpmm_config_init(&cfg);
+            vpmm_config_init(&cfg); /* the CUDA backend: vpmm's default */
             cfg.device = dev;
-            if (std::getenv("VPMM_BACKEND") == nullptr)
-                cfg.backend = VPMM_BACKEND_CUDA; /* host emulation only when asked for by name */
             vpmm_status_t st = vpmm_pool_create(&cfg, &d->pool);
             TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: creating the pool of device ",
                         static_cast<int>(dev), " failed: ", status_text(st));

@@ -15,9 +15,9 @@
  * allocation back (PyTorch keeps them). Each device gets one vpmm pool, created at its first
  * allocation with config.device = device: vpmm's CUDA backend retains that device's primary
  * context (the one the CUDA runtime, hence PyTorch, uses) and makes it current around its own
- * driver calls, so nothing here calls cudaSetDevice. The pool runs on the CUDA backend unless
- * VPMM_BACKEND is set in the environment (the host emulation is only for tests of this file:
- * its memory is not device memory). Every other VPMM_* variable applies as usual.
+ * driver calls, so nothing here calls cudaSetDevice. The pool runs on the CUDA backend, vpmm's
+ * default; VPMM_BACKEND=host asks for the host emulation, for the tests of this file only (its
+ * memory is not device memory). Every other VPMM_* variable applies as usual.
  *
  * Graph captures need nothing from this file. PyTorch's CUDAGraph::capture_begin calls the
  * allocator's beginAllocateToPool hook before cudaStreamBeginCapture; CUDAPluggableAllocator
@@ -112,11 +112,8 @@ static vpmm_pool_t *pool_get(int device)
     pthread_mutex_lock(&g_create_lock);
     pool = atomic_load_explicit(&g_pools[device], memory_order_acquire);
     if (pool == NULL) {
-        vpmm_config_init(&cfg);
+        vpmm_config_init(&cfg); /* the CUDA backend: vpmm's default */
         cfg.device = device;
-        /* The host emulation hands out host memory: only when asked for by name (tests). */
-        if (getenv("VPMM_BACKEND") == NULL)
-            cfg.backend = VPMM_BACKEND_CUDA;
         st = vpmm_pool_create(&cfg, &pool);
         if (st != VPMM_SUCCESS) {
             report_failure("creating the pool of device %d failed: %s (%s): %s", device,

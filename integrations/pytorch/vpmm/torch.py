@@ -17,8 +17,8 @@ installed (integrations/pytorch/vpmm_cuda_allocator.cpp). enable() looks for it,
 file lives in (build/integrations/); the dynamic linker's search path (an installed vpmm).
 
 The extras read or act on the pool of one device (default: the current one): stats(), trim(),
-dump(), check(). VPMM_* environment variables configure the pools (the repository's README);
-VPMM_BACKEND is ignored unless set to a backend by name.
+dump(), check(). VPMM_* environment variables configure the pools (the repository's README).
+The pools run on vpmm's CUDA backend, its default (VPMM_BACKEND=host is for vpmm's own tests).
 """
 
 import ctypes
