@@ -9,7 +9,7 @@
  * One pool on the CUDA backend (VPMM_* variables apply), T worker threads (default 4), each with
  * S private non-blocking streams (default 2) plus a private *side* stream used only inside its
  * captures. A worker runs a seeded loop of steps on its blocks: allocate and fill (gk_fill of
- * tests/gpu_kernels.cu, seeded with the block's id) — sizes cycled through the allocation sizes
+ * kernels/gpu_kernels.cu, seeded with the block's id) — sizes cycled through the allocation sizes
  * of the traces (every .trace.gz of bench/traces unless --trace is given) mixed with synthetic
  * sub-page, whole-page, multi-page and occasional large sizes; verify (gk_check adds mismatching
  * words to the worker's device counter); rewrite with a new seed; check and free; hand the block to
