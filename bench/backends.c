@@ -35,6 +35,12 @@ const char *backend_names(void)
     return "host, cuda, cudaMallocAsync, cudaMalloc";
 }
 
+const char *backend_default(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? "cuda" : "host";
+}
+
 const char *backend_name(const backend_t *b)
 {
     return b->name;
