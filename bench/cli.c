@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -72,16 +73,26 @@ int cli_double(const char *tool, const char *opt, const char *arg, double min, d
     return 0;
 }
 
-int cli_output_open(cli_output_t *o, const char *tool, const char *opt, const char *path)
+int cli_output_open(cli_output_t *o, const char *tool, const char *opt, const char *path,
+                    const char *input)
 {
+    struct stat out, in;
     o->tool = tool;
     o->opt = opt;
     o->path = path;
+    o->regular = 0;
+    if (input != NULL && stat(path, &out) == 0 && stat(input, &in) == 0 &&
+        out.st_dev == in.st_dev && out.st_ino == in.st_ino) {
+        fprintf(stderr, "%s: %s %s: that is the input file %s\n", tool, opt, path, input);
+        o->f = NULL;
+        return -1;
+    }
     o->f = fopen(path, "w");
     if (o->f == NULL) {
         fprintf(stderr, "%s: %s %s: cannot create: %s\n", tool, opt, path, strerror(errno));
         return -1;
     }
+    o->regular = fstat(fileno(o->f), &out) == 0 && S_ISREG(out.st_mode);
     return 0;
 }
 
@@ -97,7 +108,7 @@ int cli_output_close(cli_output_t *o, int keep)
     if (failed)
         fprintf(stderr, "%s: %s %s: writing failed: %s\n", o->tool, o->opt, o->path,
                 strerror(errno));
-    if (failed || !keep)
+    if ((failed || !keep) && o->regular)
         unlink(o->path);
     return failed ? -1 : 0;
 }

@@ -47,16 +47,20 @@ int cli_double(const char *tool, const char *opt, const char *arg, double min, d
 typedef struct cli_output {
     FILE *f;
     const char *tool, *opt, *path;
+    int regular; /* a regular file (not /dev/stdout, a pipe): only such a file is ever removed */
 } cli_output_t;
 
 /* Opens path for writing: 0, or -1 after a message ("vpmm-replay: --svg /no/such/x.svg: cannot
- * create: No such file or directory"). */
-int cli_output_open(cli_output_t *o, const char *tool, const char *opt, const char *path);
+ * create: No such file or directory"). A path naming the same file as `input` (the file the
+ * work will read; NULL: none) is refused before anything is truncated. */
+int cli_output_open(cli_output_t *o, const char *tool, const char *opt, const char *path,
+                    const char *input);
 
 /*
- * Closes it. keep = 0 (the work failed, or was never written): the file is removed, so a failed
- * run leaves nothing that looks like a result. Returns 0, or -1 after a message when writing or
- * closing failed (a full disk); the file is then removed too. Does nothing when o->f is NULL.
+ * Closes it. keep = 0 (the work failed, or was never written): the file is removed when it is a
+ * regular file, so a failed run leaves nothing that looks like a result. Returns 0, or -1 after a
+ * message when writing or closing failed (a full disk); the file is then removed too. Does
+ * nothing when o->f is NULL.
  */
 int cli_output_close(cli_output_t *o, int keep);
 

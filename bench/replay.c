@@ -290,7 +290,7 @@ int main(int argc, char **argv)
     trace_t t;
     backend_t *b = NULL;
     result_t r;
-    cli_output_t svg = { NULL, NULL, NULL, NULL };
+    cli_output_t svg = { NULL, NULL, NULL, NULL, 0 };
     svg_point_t *pts = NULL;
     size_t npts = 0;
     char err[512];
@@ -299,7 +299,7 @@ int main(int argc, char **argv)
 
     parse_args(argc, argv, &o);
     /* Before the trace is even read: a bad path must not cost a replay. */
-    if (o.svg != NULL && cli_output_open(&svg, TOOL, "--svg", o.svg) != 0)
+    if (o.svg != NULL && cli_output_open(&svg, TOOL, "--svg", o.svg, o.trace) != 0)
         return EXIT_USAGE;
     if (trace_load(o.trace, &t, err, sizeof err) != 0) {
         fprintf(stderr, "vpmm-replay: %s\n", err);

@@ -129,6 +129,14 @@ class BenchTools(unittest.TestCase):
         self.assertIn("--svg /nonexistent-dir/x.svg: cannot create", r.stderr)
         self.assertNotIn("missing.trace", r.stderr)
 
+    def test_svg_over_the_trace_refused(self):
+        trace = self.write("t.trace", trace_text())
+        r = self.replay("--svg", os.path.join(self.dir.name, ".", "t.trace"), trace)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("that is the input file", r.stderr)
+        with open(trace) as f:
+            self.assertEqual(f.read(), trace_text())
+
     def test_failed_run_leaves_no_svg(self):
         svg = self.path("t.svg")
         r = self.replay("--svg", svg, self.write("neg.trace", "a 1000 -1 0\n"))

@@ -135,20 +135,32 @@ static void test_output_file(void **state)
     (void)state;
     snprintf(path, sizeof path, "/tmp/vpmm-bench-util-%d.svg", (int)getpid());
     /* A path that cannot be created fails now, not after the work. */
-    assert_int_equal(cli_output_open(&o, "t", "--svg", "/nonexistent-dir/x.svg"), -1);
-    assert_int_equal(cli_output_open(&o, "t", "--svg", "/tmp"), -1); /* a directory */
+    assert_int_equal(cli_output_open(&o, "t", "--svg", "/nonexistent-dir/x.svg", NULL), -1);
+    assert_int_equal(cli_output_open(&o, "t", "--svg", "/tmp", NULL), -1); /* a directory */
     /* Kept after a successful run. */
-    assert_int_equal(cli_output_open(&o, "t", "--svg", path), 0);
+    assert_int_equal(cli_output_open(&o, "t", "--svg", path, "/nonexistent-input"), 0);
     assert_int_equal(access(path, F_OK), 0); /* it exists from the start */
     fputs("<svg/>\n", o.f);
     assert_int_equal(cli_output_close(&o, 1), 0);
     assert_int_equal(access(path, F_OK), 0);
     assert_int_equal(cli_output_close(&o, 1), 0); /* closed: nothing to do */
+    /* The input itself (however named) is refused, and left as it was. */
+    assert_int_equal(cli_output_open(&o, "t", "--svg", path, path), -1);
+    {
+        char dotted[80];
+        snprintf(dotted, sizeof dotted, "/tmp/./%s", path + 5);
+        assert_int_equal(cli_output_open(&o, "t", "--svg", dotted, path), -1);
+        assert_int_equal(access(path, F_OK), 0);
+    }
     /* Removed after a failed one: nothing left that looks like a result. */
-    assert_int_equal(cli_output_open(&o, "t", "--svg", path), 0);
+    assert_int_equal(cli_output_open(&o, "t", "--svg", path, NULL), 0);
     fputs("<svg", o.f);
     assert_int_equal(cli_output_close(&o, 0), 0);
     assert_int_equal(access(path, F_OK), -1);
+    /* Never a file that is not a regular one (/dev/null stays). */
+    assert_int_equal(cli_output_open(&o, "t", "--svg", "/dev/null", NULL), 0);
+    assert_int_equal(cli_output_close(&o, 0), 0);
+    assert_int_equal(access("/dev/null", F_OK), 0);
 }
 
 static void test_quantiles(void **state)
