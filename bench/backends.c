@@ -35,6 +35,11 @@ const char *backend_names(void)
     return "host, cuda, cudaMallocAsync, cudaMalloc";
 }
 
+const char *backend_default(void)
+{
+    return "cuda"; /* as the library's default: the host emulation only when asked for */
+}
+
 const char *backend_name(const backend_t *b)
 {
     return b->name;

@@ -40,6 +40,9 @@ typedef struct backend_result {
 /* Known names, for messages: "host, cuda, cudaMallocAsync, cudaMalloc". */
 const char *backend_names(void);
 
+/* The tools' default: "cuda", as the library's (the host emulation only when asked for). */
+const char *backend_default(void);
+
 /*
  * Opens a backend with nstreams streams (index 0 is the legacy default stream when the trace's
  * first stream is 0, see replay.c). verify: writes a pattern into every allocation and checks it

@@ -2,13 +2,13 @@
  * checkpoint.c — vpmm-checkpoint: what graph-pool checkpoints cost, in time and in memory.
  *
  *   vpmm-checkpoint [--backend host|cuda] [--json] [--regions 10,1000,100000] [--reps N]
- *                   [--seed S]
+ *                   [--seed S] [--version]
  *
  * A. Time. For each region count R, a fresh pool with one graph pool: one capture (relaxed mode)
  *    makes R allocations of seeded sub-page sizes (multiples of 256 B, 256 B .. 64 KiB) and frees
  *    every other one, so the graph pool holds about R regions, live and free alternating. Each
- *    call below is timed alone with the TSC (rdtscp, calibrated against CLOCK_MONOTONIC, as in
- *    vpmm-replay; the timer's own tens of ns are included), after one untimed warm-up, --reps
+ *    call below is timed alone with the TSC (timing.h, as in vpmm-replay; the timer's own tens of
+ *    ns are included), after one untimed warm-up, --reps
  *    times; the table gives the median, the p90 and the median per region of the target state:
  *      take          vpmm_checkpoint_take (the destroy is not timed);
  *      unchanged     reapplying a checkpoint of the current state (nothing differs);
@@ -35,15 +35,18 @@
  * the graph pools released and the pools destroyed. Exit status: 0, 1 bad usage, 2 backend
  * unavailable, 3 an error (vpmm's message on stderr).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime_api.h>
 
+#include "cli.h"
+#include "escape.h"
+#include "timing.h"
 #include "vpmm.h"
+
+#define TOOL "vpmm-checkpoint"
 
 #define KiB          ((size_t)1 << 10)
 #define MiB          ((size_t)1 << 20)
@@ -64,52 +67,10 @@ typedef struct setup {
     uint64_t seed;
 } setup_t;
 
-/* ---- timing (the TSC, as in replay.c) ------------------------------------------------------ */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-#if defined(__x86_64__)
-#include <x86intrin.h>
-static inline uint64_t ticks(void)
-{
-    unsigned aux;
-    return __rdtscp(&aux);
-}
-#else
-static inline uint64_t ticks(void)
-{
-    return now_ns();
-}
-#endif
-
-static double ticks_per_ns = 1.0;
-
-static void calibrate_ticks(void)
-{
-    uint64_t n0 = now_ns(), t0 = ticks(), n1, t1;
-    do
-        n1 = now_ns();
-    while (n1 - n0 < 50000000u); /* 50 ms */
-    t1 = ticks();
-    ticks_per_ns = (double)(t1 - t0) / (double)(n1 - n0);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* The q-quantile of n tick counts (sorted in place), in microseconds. */
 static double quantile_us(uint64_t *t, size_t n, double q)
 {
-    qsort(t, n, sizeof *t, cmp_u64);
-    return (double)t[(size_t)(q * (double)(n - 1))] / ticks_per_ns / 1e3;
+    return (double)timing_quantile_u64(t, n, q) / timing_ticks_per_ns / 1e3;
 }
 
 static uint64_t rng_next(uint64_t *s) /* splitmix64 */
@@ -384,6 +345,14 @@ static size_t changed_allocs(const vpmm_checkpoint_t *a, const vpmm_checkpoint_t
     return na + nb - 2 * same;
 }
 
+/* "vpmm/<backend>" as a JSON string. */
+static void json_backend(const char *backend)
+{
+    char name[64];
+    snprintf(name, sizeof name, "vpmm/%s", backend);
+    esc_json_string(stdout, name);
+}
+
 static void report_time(const setup_t *su, const char *backend, size_t asked, const char *name,
                         size_t regions, size_t changed, uint64_t *t)
 {
@@ -391,10 +360,13 @@ static void report_time(const setup_t *su, const char *backend, size_t asked, co
     double per = regions ? med * 1e3 / (double)regions : 0.0;
     int goal = asked == GOAL_REGIONS, met = med <= GOAL_US;
     if (su->json) {
-        printf("{\"bench\": \"checkpoint-time\", \"backend\": \"vpmm/%s\", \"regions_asked\": "
-               "%zu, \"regions\": %zu, \"scenario\": \"%s\", \"changed_allocs\": %zu, "
-               "\"reps\": %zu, \"median_us\": %.3f, \"p90_us\": %.3f, \"ns_per_region\": %.2f",
-               backend, asked, regions, name, changed, su->reps, med, p90, per);
+        printf("{\"bench\": \"checkpoint-time\", \"backend\": ");
+        json_backend(backend);
+        printf(", \"regions_asked\": %zu, \"regions\": %zu, \"scenario\": ", asked, regions);
+        esc_json_string(stdout, name);
+        printf(", \"changed_allocs\": %zu, \"reps\": %zu, \"median_us\": %.3f, \"p90_us\": %.3f, "
+               "\"ns_per_region\": %.2f",
+               changed, su->reps, med, p90, per);
         if (goal)
             printf(", \"goal_us\": %.0f, \"meets_goal\": %s", GOAL_US, met ? "true" : "false");
         printf("}\n");
@@ -410,18 +382,18 @@ static int time_reapply(world_t *w, const setup_t *su, const vpmm_checkpoint_t *
 {
     vpmm_graph_pool_t *gp = w->gp[0];
     for (size_t i = 0; i <= su->reps; i++) { /* i = 0: the warm-up */
-        uint64_t t0 = ticks();
+        uint64_t t0 = timing_ticks();
         vpmm_status_t st = vpmm_checkpoint_reapply(gp, a, NULL, 0);
-        uint64_t t1 = ticks();
+        uint64_t t1 = timing_ticks();
         if (st != VPMM_SUCCESS)
             return fail(w, "vpmm_checkpoint_reapply", st);
         if (i > 0)
             ta[i - 1] = t1 - t0;
         if (b == NULL)
             continue;
-        t0 = ticks();
+        t0 = timing_ticks();
         st = vpmm_checkpoint_reapply(gp, b, NULL, 0);
-        t1 = ticks();
+        t1 = timing_ticks();
         if (st != VPMM_SUCCESS)
             return fail(w, "vpmm_checkpoint_reapply", st);
         if (i > 0)
@@ -434,9 +406,9 @@ static int time_take(world_t *w, const setup_t *su, uint64_t *t, size_t *regions
 {
     for (size_t i = 0; i <= su->reps; i++) {
         vpmm_checkpoint_t *ck = NULL;
-        uint64_t t0 = ticks();
+        uint64_t t0 = timing_ticks();
         vpmm_status_t st = vpmm_checkpoint_take(w->gp[0], &ck);
-        uint64_t t1 = ticks();
+        uint64_t t1 = timing_ticks();
         if (st != VPMM_SUCCESS)
             return fail(w, "vpmm_checkpoint_take", st);
         if (i > 0)
@@ -702,16 +674,18 @@ static int bench_tree(const setup_t *su, const char *backend)
     r_own = (double)own_total / (double)m.shared_mapped;
 
     if (su->json) {
-        printf("{\"bench\": \"checkpoint-tree\", \"backend\": \"vpmm/%s\", \"page_size\": %zu, "
-               "\"g1_peak_live\": %zu, \"branch_a_peak_live\": %zu, \"branch_b_peak_live\": %zu, "
+        printf("{\"bench\": \"checkpoint-tree\", \"backend\": ");
+        json_backend(backend);
+        printf(", \"page_size\": %zu, \"g1_peak_live\": %zu, \"branch_a_peak_live\": %zu, "
+               "\"branch_b_peak_live\": %zu, "
                "\"branch_a_alone_mapped\": %zu, \"branch_b_alone_mapped\": %zu, "
                "\"shared_mapped\": %zu, \"goal_ratio\": %.2f, "
                "\"shared_over_larger_branch_alone\": %.4f, \"meets_goal_alone\": %s, "
                "\"shared_over_larger_branch_peak_live\": %.4f, \"meets_goal_peak_live\": %s, "
                "\"per_graph_mapped\": [%zu, %zu, %zu], \"per_graph_total\": %zu, "
                "\"per_graph_over_shared\": %.4f}\n",
-               backend, m.page_size, m.peak_live[0], branch_live[0], branch_live[1],
-               m.alone_mapped[0], m.alone_mapped[1], m.shared_mapped, GOAL_RATIO, r_alone,
+               m.page_size, m.peak_live[0], branch_live[0], branch_live[1], m.alone_mapped[0],
+               m.alone_mapped[1], m.shared_mapped, GOAL_RATIO, r_alone,
                r_alone <= GOAL_RATIO ? "true" : "false", r_live,
                r_live <= GOAL_RATIO ? "true" : "false", m.own_mapped[0], m.own_mapped[1],
                m.own_mapped[2], own_total, r_own);
@@ -748,7 +722,8 @@ static void usage(FILE *f)
                "  --json     one JSON object per line instead of the tables\n"
                "  --regions  region counts of the timing part (default 10,1000,100000)\n"
                "  --reps     timed repetitions of each call (default 200)\n"
-               "  --seed     seed of the sizes (default 1)\n");
+               "  --seed     seed of the sizes (default 1)\n"
+               "  --version  print the version and exit\n");
 }
 
 /* "10,1000,100000" into counts[]; 0 or the number of counts. */
@@ -790,12 +765,13 @@ int main(int argc, char **argv)
         { "regions", required_argument, NULL, 'r' },
         { "reps", required_argument, NULL, 'n' },
         { "seed", required_argument, NULL, 's' },
-        { "help", no_argument, NULL, 'h' },
+        CLI_COMMON_OPTIONS,
         { NULL, 0, NULL, 0 },
     };
     setup_t su = { VPMM_BACKEND_HOST, (vpmm_stream_t)(uintptr_t)0x10, 0, 200, 1 };
     size_t counts[MAX_COUNTS] = { 10, 1000, 100000 }, ncounts = 3;
     const char *backend = "host";
+    uint64_t reps = su.reps;
     int c, rc = 0;
 
     while ((c = getopt_long(argc, argv, "b:jr:n:s:h", longopts, NULL)) != -1) {
@@ -807,23 +783,32 @@ int main(int argc, char **argv)
             su.json = 1;
             break;
         case 'r':
-            ncounts = parse_counts(optarg, counts);
+            if ((ncounts = parse_counts(optarg, counts)) == 0) {
+                fprintf(stderr,
+                        "vpmm-checkpoint: --regions: '%s' is not a list of at most %d counts "
+                        "in 2..10000000\n",
+                        optarg, MAX_COUNTS);
+                return 1;
+            }
             break;
         case 'n':
-            su.reps = (size_t)strtoul(optarg, NULL, 10);
+            if (cli_u64(TOOL, "--reps", optarg, 1, 1000000, &reps) != 0)
+                return 1;
+            su.reps = (size_t)reps;
             break;
         case 's':
-            su.seed = strtoull(optarg, NULL, 0);
+            if (cli_u64(TOOL, "--seed", optarg, 0, UINT64_MAX, &su.seed) != 0)
+                return 1;
             break;
         default:
-            usage(c == 'h' ? stdout : stderr);
-            return c == 'h' ? 0 : 1;
+            cli_other_option(TOOL, c, usage);
         }
     }
-    if (optind < argc || ncounts == 0 || su.reps == 0 || su.reps > 1000000 ||
-        (strcmp(backend, "host") != 0 && strcmp(backend, "cuda") != 0)) {
-        fprintf(stderr, "vpmm-checkpoint: bad arguments (--regions: counts 2..10000000, at most "
-                        "16; --reps 1..1000000; --backend host or cuda)\n");
+    if (optind < argc || (strcmp(backend, "host") != 0 && strcmp(backend, "cuda") != 0)) {
+        if (optind < argc)
+            fprintf(stderr, "vpmm-checkpoint: unexpected argument '%s'\n", argv[optind]);
+        else
+            fprintf(stderr, "vpmm-checkpoint: --backend: '%s' is not host or cuda\n", backend);
         usage(stderr);
         return 1;
     }
@@ -832,7 +817,7 @@ int main(int argc, char **argv)
         if (open_cuda_stream(&su) != 0)
             return 2;
     }
-    calibrate_ticks();
+    timing_calibrate();
     if (!su.json)
         printf("Checkpoint take and reapply, vpmm/%s: median and p90 of %zu timed calls each\n"
                "  %8s  %-20s %8s %8s %11s %10s %10s  %s\n",

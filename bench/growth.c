@@ -1,7 +1,7 @@
 /*
  * growth.c — vpmm-growth: how long growing from empty to N bytes takes.
  *
- *   vpmm-growth [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--gib N]
+ *   vpmm-growth [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--gib N] [--version]
  *
  * Patterns, each on a fresh pool (a fresh default mempool for cudaMallocAsync, trimmed to zero):
  *   one      one malloc of N GiB
@@ -13,22 +13,18 @@
  * what that costs in memory. The backend defaults to cuda (host only when named, as the library).
  * Exit status 0, 2 if the backend is unavailable, 3 on an error.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime_api.h>
 
 #include "backends.h"
+#include "cli.h"
+#include "escape.h"
+#include "timing.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define TOOL "vpmm-growth"
 
 typedef struct pattern {
     const char *name;
@@ -61,7 +57,7 @@ static int run(const char *backend, const pattern_t *pat, size_t total, int json
     }
     if (strcmp(backend, "host") != 0)
         cudaDeviceSynchronize();
-    t0 = now_s();
+    t0 = timing_now_s();
     for (size_t i = 0; i < n; i++) {
         if (backend_malloc(b, block, 0, &ptrs[i]) != BACKEND_OK) {
             fprintf(stderr, "vpmm-growth: malloc %zu of %zu (%zu bytes): %s\n", i, n, block,
@@ -71,14 +67,16 @@ static int run(const char *backend, const pattern_t *pat, size_t total, int json
             break;
         }
     }
-    dt = now_s() - t0;
+    dt = timing_now_s() - t0;
     backend_finish(b, &res);
     if (rc == 0) {
         if (json) {
-            printf("{\"backend\": \"%s\", \"pattern\": \"%s\", \"bytes\": %zu, \"mallocs\": %zu, "
-                   "\"ms\": %.3f, \"peak_device_bytes\": %llu",
-                   backend_name(b), pat->name, total, n, dt * 1e3,
-                   (unsigned long long)res.peak_device);
+            printf("{\"backend\": ");
+            esc_json_string(stdout, backend_name(b));
+            printf(", \"pattern\": ");
+            esc_json_string(stdout, pat->name);
+            printf(", \"bytes\": %zu, \"mallocs\": %zu, \"ms\": %.3f, \"peak_device_bytes\": %llu",
+                   total, n, dt * 1e3, (unsigned long long)res.peak_device);
             if (res.have_vpmm_stats)
                 printf(", \"handles_created\": %llu, \"pages_created\": %llu",
                        (unsigned long long)res.vpmm.handles_created,
@@ -99,17 +97,28 @@ static int run(const char *backend, const pattern_t *pat, size_t total, int json
     return rc;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: vpmm-growth [--backend NAME] [--json] [--gib N]\n"
+            "  --backend  %s (default: cuda, as the library's; host = the emulation, no GPU)\n"
+            "  --json     one JSON object per pattern instead of the table\n"
+            "  --gib N    grow to N GiB, 1..1024 (default 8)\n"
+            "  --version  print the version and exit\n",
+            backend_names());
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
         { "backend", required_argument, NULL, 'b' },
         { "json", no_argument, NULL, 'j' },
         { "gib", required_argument, NULL, 'g' },
-        { "help", no_argument, NULL, 'h' },
+        CLI_COMMON_OPTIONS,
         { NULL, 0, NULL, 0 },
     };
     const char *backend = NULL;
-    size_t gib = 8;
+    uint64_t gib = 8;
     int json = 0, c, rc = 0;
 
     while ((c = getopt_long(argc, argv, "b:jg:h", longopts, NULL)) != -1) {
@@ -121,25 +130,23 @@ int main(int argc, char **argv)
             json = 1;
             break;
         case 'g':
-            gib = (size_t)strtoul(optarg, NULL, 10);
+            if (cli_u64(TOOL, "--gib", optarg, 1, 1024, &gib) != 0)
+                return 1;
             break;
         default:
-            fprintf(c == 'h' ? stdout : stderr,
-                    "usage: vpmm-growth [--backend %s] [--json] [--gib N]\n"
-                    "  --backend  default cuda; host = vpmm's emulation, no GPU\n",
-                    backend_names());
-            return c == 'h' ? 0 : 1;
+            cli_other_option(TOOL, c, usage);
         }
     }
-    if (gib == 0 || gib > 1024) {
-        fprintf(stderr, "vpmm-growth: --gib must be 1..1024\n");
+    if (optind != argc) {
+        fprintf(stderr, "vpmm-growth: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
         return 1;
     }
     if (backend == NULL)
-        backend = "cuda"; /* as the library's default: the emulation only when asked for */
+        backend = backend_default();
     if (!json)
-        printf("vpmm-growth: %zu GiB from empty\n", gib);
+        printf("vpmm-growth: %zu GiB from empty\n", (size_t)gib);
     for (size_t i = 0; i < sizeof PATTERNS / sizeof PATTERNS[0] && rc == 0; i++)
-        rc = run(backend, &PATTERNS[i], gib << 30, json);
+        rc = run(backend, &PATTERNS[i], (size_t)gib << 30, json);
     return rc;
 }

@@ -26,19 +26,26 @@ emit() { # emit TAG JSON...
   local tag=$1; shift
   [ -n "$*" ] && echo "{\"run\": \"$tag\", ${*#\{}" >>"$log"
 }
+# vpmm-replay --json ...: its line, also when it exits 4 (mallocs failed: "footprint" is null,
+# summarize.py marks the row); any non-zero exit is said on stderr.
+replay_json() {
+  local rc=0
+  "$replay" --json --quiet "$@" || rc=$?
+  [ $rc = 0 ] || echo "run_all.sh: vpmm-replay $* exited $rc" >&2
+}
 
 for t in bench/traces/*.trace.gz; do
-  emit host "$("$replay" --backend host --json --quiet "$t")"
+  emit host "$(replay_json --backend host "$t")"
   if [ $gpu = 1 ]; then
-    for r in $(seq "$reps"); do emit "cuda#$r" "$("$replay" --backend cuda --json --quiet "$t")"; done
-    for r in 1 2; do emit "async#$r" "$("$replay" --backend cudaMallocAsync --json --quiet "$t")"; done
-    emit malloc "$("$replay" --backend cudaMalloc --json --quiet "$t")"
+    for r in $(seq "$reps"); do emit "cuda#$r" "$(replay_json --backend cuda "$t")"; done
+    for r in 1 2; do emit "async#$r" "$(replay_json --backend cudaMallocAsync "$t")"; done
+    emit malloc "$(replay_json --backend cudaMalloc "$t")"
   fi
 done
 # The exact-size cache's cap: footprint against hot path (host backend, deterministic footprint).
 for c in 0 2 5 10 20 50 100; do
   for t in bench/traces/gpt2_train.trace.gz bench/traces/bert_infer.trace.gz; do
-    emit "cache$c" "$(VPMM_CACHE_PERCENT=$c "$replay" --backend host --json --quiet "$t")"
+    emit "cache$c" "$(VPMM_CACHE_PERCENT=$c replay_json --backend host "$t")"
   done
 done
 if [ $gpu = 1 ]; then

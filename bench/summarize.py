@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """summarize.py — turns bench/run_all.sh's JSON lines into the tables of bench/RESULTS.md.
 
-For timed rows the median over repetitions of each run's medians is shown, with the range.
+For timed rows the median over repetitions of each run's medians is shown, with the range. A replay
+whose mallocs failed (vpmm-replay exit 4: "footprint" is null) has no footprint: its cell says so.
 """
 import json
 import sys
@@ -12,6 +13,13 @@ from statistics import median
 def load(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def footprint(r, fmt="{:.3f}"):
+    """The footprint cell of a replay row; a replay whose mallocs failed has none."""
+    if r.get("footprint") is None:
+        return f"— ({r['ooms']} mallocs failed)"
+    return fmt.format(r["footprint"])
 
 
 def rng(vals, fmt="{:.0f}"):
@@ -36,7 +44,7 @@ def main():
         cells = []
         for k in ("host", "cuda", "async", "malloc"):
             rs = by.get((t, k))
-            cells.append(f"{rs[0]['footprint']:.3f}" if rs else "—")
+            cells.append(footprint(rs[0]) if rs else "—")
         live = by[(t, "host")][0]["peak_live_bytes"] / 1e9
         print(f"| {t} | {live:.3f} GB | " + " | ".join(cells) + " |")
 
@@ -63,7 +71,7 @@ def main():
             cells = []
             for t in ("gpt2_train", "bert_infer"):
                 rs = [r for r in cache if r["run"] == f"cache{p}" and r["trace"].startswith(t)]
-                cells.append(f"{rs[0]['footprint']:.4f} / {rs[0]['pair_ns_median']} ns" if rs else "—")
+                cells.append(f"{footprint(rs[0], '{:.4f}')} / {rs[0]['pair_ns_median']} ns" if rs else "—")
             print(f"| {p} | " + " | ".join(cells) + " |")
 
     growth = [r for r in rows if "pattern" in r]

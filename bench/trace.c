@@ -2,9 +2,14 @@
  * trace.c — the trace loader of trace.h: parse, validate, resolve addresses to slots.
  *
  * Gzip input is read through zlib when the build found it (VPMM_HAVE_ZLIB), else through
- * `gzip -dc`. A small open-addressing table maps a live block's address to its slot; freed slots
- * are reused last-in first-out so nslots stays the peak number of live blocks.
+ * `gzip -dc`. Compressed data that ends early (a copy cut short, a download interrupted) is
+ * reported as truncated, also when the cut falls inside a line: the reader's verdict is asked
+ * before a line's parse error is reported, since a cut line is no error of the trace's. Fields are
+ * parsed by hand, not by scanf, which would take "-512" as 2^64 - 512. A small open-addressing
+ * table maps a live block's address to its slot; freed slots are reused last-in first-out so
+ * nslots stays the peak number of live blocks.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,7 +28,14 @@ typedef struct reader {
 #endif
     FILE *f;
     int piped;
+    int gz_name; /* the name ends in .gz: the content must be gzip data */
 } reader_t;
+
+static int ends_with_gz(const char *path)
+{
+    size_t len = strlen(path);
+    return len > 3 && strcmp(path + len - 3, ".gz") == 0;
+}
 
 static int reader_open(reader_t *r, const char *path)
 {
@@ -32,13 +44,13 @@ static int reader_open(reader_t *r, const char *path)
         r->f = stdin;
         return 0;
     }
+    r->gz_name = ends_with_gz(path);
 #ifdef VPMM_HAVE_ZLIB
     /* zlib reads plain files too. */
     r->gz = gzopen(path, "rb");
     return r->gz ? 0 : -1;
 #else
-    size_t len = strlen(path);
-    if (len > 3 && strcmp(path + len - 3, ".gz") == 0) {
+    if (r->gz_name) {
         char cmd[4200];
         if (strchr(path, '\'') != NULL || strlen(path) > 4000)
             return -1;
@@ -61,6 +73,62 @@ static char *reader_line(reader_t *r, char *buf, int len)
     return fgets(buf, len, r->f);
 }
 
+/*
+ * Whether the data was as written: 0, or -1 with the reason in why (the compressed data ends
+ * early, is corrupt, or a .gz file holds no gzip data). Compressed data is first read to its end
+ * (after a parse error, the rest of it), since zlib and `gzip -dc` (by its exit status) can only
+ * tell once they got there; a pipe is closed here. Nothing may be read after this.
+ */
+static int reader_verdict(reader_t *r, char *why, size_t len)
+{
+#ifdef VPMM_HAVE_ZLIB
+    if (r->gz) {
+        char drain[4096];
+        int errnum = Z_OK;
+        const char *msg, *colon;
+        /* After a parse error: the rest too (a corrupt stream may decompress to garbage lines
+         * before zlib finds out). */
+        while (!gzdirect(r->gz) && gzread(r->gz, drain, sizeof drain) > 0)
+            ;
+        msg = gzerror(r->gz, &errnum);
+        colon = strrchr(msg, ':');
+        if (colon != NULL && colon[1] == ' ')
+            msg = colon + 2; /* zlib's message starts with the path */
+        if (errnum == Z_BUF_ERROR)
+            snprintf(why, len, "truncated: the compressed data ends early (%s)", msg);
+        else if (errnum != Z_OK)
+            snprintf(why, len, "corrupt compressed data (%s)",
+                     errnum == Z_ERRNO ? strerror(errno) : msg);
+        else if (r->gz_name && gzdirect(r->gz))
+            snprintf(why, len, "not gzip data, though the name ends in .gz");
+        else
+            return 0;
+        return -1;
+    }
+#endif
+    if (r->piped) {
+        char drain[4096];
+        int status;
+        while (fread(drain, 1, sizeof drain, r->f) > 0)
+            ;
+        status = pclose(r->f);
+        r->f = NULL;
+        r->piped = 0;
+        if (status != 0) {
+            snprintf(why, len,
+                     "truncated or corrupt compressed data (gzip -dc failed: see its message "
+                     "above)");
+            return -1;
+        }
+        return 0;
+    }
+    if (r->f != NULL && ferror(r->f)) {
+        snprintf(why, len, "read error (%s)", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int reader_close(reader_t *r)
 {
 #ifdef VPMM_HAVE_ZLIB
@@ -69,7 +137,7 @@ static int reader_close(reader_t *r)
 #endif
     if (r->piped)
         return pclose(r->f) == 0 ? 0 : -1;
-    if (r->f != stdin)
+    if (r->f != NULL && r->f != stdin)
         fclose(r->f);
     return 0;
 }
@@ -230,17 +298,73 @@ static int give_slot(loader_t *l, uint32_t slot)
     return 0;
 }
 
+/* The next blank-separated field of *p: its start (NULL at the end of the line), its length. */
+static const char *next_field(const char **p, size_t *len)
+{
+    const char *s = *p + strspn(*p, " \t");
+    *len = strcspn(s, " \t");
+    *p = s + *len;
+    return *len ? s : NULL;
+}
+
+/* How much of a bad field a message shows. */
+static int shown(size_t len)
+{
+    return len < 30 ? (int)len : 30;
+}
+
+enum { FIELD_OK = 0, FIELD_MALFORMED = -1, FIELD_NEGATIVE = -2, FIELD_TOO_LARGE = -3 };
+
+/* A field as an unsigned number: decimal, or hex (base 16, "0x" allowed). */
+static int field_u64(const char *s, size_t len, int base, unsigned long long *out)
+{
+    char buf[40], *end;
+    if (len >= sizeof buf)
+        return FIELD_MALFORMED;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    if (buf[0] == '-')
+        return FIELD_NEGATIVE;
+    if (base == 16 ? !isxdigit((unsigned char)buf[0]) : !isdigit((unsigned char)buf[0]))
+        return FIELD_MALFORMED;
+    errno = 0;
+    *out = strtoull(buf, &end, base);
+    if (*end != '\0')
+        return FIELD_MALFORMED;
+    return errno == ERANGE ? FIELD_TOO_LARGE : FIELD_OK;
+}
+
 /* One event line; returns 0, or -1 with l->err set. */
 static int parse_line(loader_t *l, size_t lineno, const char *line)
 {
-    char kind, extra;
-    unsigned long long addr, size, stream;
+    const char *p = line, *f[5];
+    size_t n[5];
+    char kind;
+    unsigned long long addr = 0, size = 0, stream = 0;
     trace_op_t op = { 0 };
     size_t i;
     uint32_t sidx;
+    int rs, rt;
 
-    if (sscanf(line, " %c %llx %llu %llu %c", &kind, &addr, &size, &stream, &extra) != 4)
+    for (i = 0; i < 5; i++)
+        f[i] = next_field(&p, &n[i]);
+    if (f[3] == NULL || f[4] != NULL || n[0] != 1 || field_u64(f[1], n[1], 16, &addr) != FIELD_OK)
         return fail(l, lineno, "expected '<a|f|c> <addr-hex> <size> <stream>', got '%.60s'", line);
+    rs = field_u64(f[2], n[2], 10, &size);
+    rt = field_u64(f[3], n[3], 10, &stream);
+    if (rs == FIELD_NEGATIVE)
+        return fail(l, lineno, "negative size %.*s (a size is a number of bytes, at least 1)",
+                    shown(n[2]), f[2]);
+    if (rt == FIELD_NEGATIVE)
+        return fail(l, lineno, "negative stream %.*s (streams are numbered from 0)", shown(n[3]),
+                    f[3]);
+    if (rs == FIELD_TOO_LARGE || rt == FIELD_TOO_LARGE)
+        return fail(
+            l, lineno, "%s %.*s does not fit in 64 bits", rs == FIELD_TOO_LARGE ? "size" : "stream",
+            shown(rs == FIELD_TOO_LARGE ? n[2] : n[3]), rs == FIELD_TOO_LARGE ? f[2] : f[3]);
+    if (rs != FIELD_OK || rt != FIELD_OK)
+        return fail(l, lineno, "expected '<a|f|c> <addr-hex> <size> <stream>', got '%.60s'", line);
+    kind = f[0][0];
     if (kind != 'a' && kind != 'f' && kind != 'c')
         return fail(l, lineno, "unknown event '%c' (expected a, f or c)", kind);
     if (addr == 0)
@@ -297,7 +421,7 @@ int trace_load(const char *path, trace_t *out, char *err, size_t errlen)
 {
     loader_t l = { 0 };
     reader_t r;
-    char buf[512];
+    char buf[512], why[200];
     size_t lineno = 0;
     int rc = 0;
     const char *slash = strrchr(path, '/');
@@ -323,6 +447,12 @@ int trace_load(const char *path, trace_t *out, char *err, size_t errlen)
         if (n == 0 || buf[strspn(buf, " \t")] == '#' || buf[strspn(buf, " \t")] == '\0')
             continue;
         rc = parse_line(&l, lineno, buf);
+    }
+    /* Asked after a parse error too: when the data was cut short, its last line may be cut as
+     * well, and whatever it said is no error of the trace's. */
+    if (reader_verdict(&r, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s: %s; %zu lines read", l.name, why, lineno);
+        rc = -1;
     }
     if (reader_close(&r) != 0 && rc == 0) {
         snprintf(err, errlen, "%s: read error (corrupt or truncated compressed data?)", l.name);

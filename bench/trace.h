@@ -8,7 +8,8 @@
  * Addresses only identify blocks (they are reused after a free); the loader turns them into dense
  * slot numbers, so a replay indexes arrays and never hashes inside its timed region. Every line is
  * validated (a double allocation, a free of an unknown block, a size that does not match, a
- * malformed field) and the first error names its line number. Not thread-safe (one loader each).
+ * malformed field, a negative size or stream) and the first error names its line number; gzip
+ * data cut short is reported as truncated. Not thread-safe (one loader each).
  */
 #ifndef VPMM_BENCH_TRACE_H
 #define VPMM_BENCH_TRACE_H
@@ -38,7 +39,8 @@ typedef struct trace {
 
 /*
  * Loads path ("-" = stdin; a name ending in .gz is decompressed). Returns 0, or -1 with a
- * one-line message ("gpt2.trace.gz:1234: free of a block that is not allocated") in err.
+ * one-line message ("gpt2.trace.gz:1234: free of a block that is not allocated", "t.trace:7:
+ * negative size -512 ...", "gpt2.trace.gz: truncated: the compressed data ends early ...") in err.
  */
 int trace_load(const char *path, trace_t *out, char *err, size_t errlen);
 void trace_free(trace_t *t);

@@ -130,8 +130,9 @@ typedef struct vpmm_config {
     size_t max_bytes;       /* VPMM_MAX_BYTES; 0 (default) = no cap; else mapped memory never
                                exceeds it (rounded down to whole pages): past it, malloc reports
                                VPMM_ERROR_OUT_OF_MEMORY */
-    int verbose;            /* VPMM_VERBOSE; -1 (default) = 0; 1 = print each out-of-memory report
-                               on stderr */
+    int verbose;            /* VPMM_VERBOSE; -1 (default) = 0; 1 = print the pool's first 10
+                               out-of-memory reports on stderr, then count the rest and say how
+                               many at vpmm_pool_destroy */
     const char *trace_file; /* VPMM_TRACE_FILE; NULL (default) = none; else record every malloc
                               and free into this file, in the trace format vpmm-replay reads
                               (docs/TRACE_FORMAT.md); "%p" = process id, "%n" = the pool's number
@@ -368,7 +369,8 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report);
  * (truncated to len - 1 bytes, always terminated): one paragraph with what was asked, whether the
  * device or the cap said no, what the pool maps, how much is live and free, its largest free
  * span, what defragmentation could gather, what is pending on busy streams, zombies, holes, each
- * graph pool, and what the device had free. VPMM_VERBOSE=1 prints each report on stderr.
+ * graph pool, and what the device had free. VPMM_VERBOSE=1 prints a pool's first 10 reports on
+ * stderr (then only their count, at vpmm_pool_destroy).
  * Threads: any. With several threads, it is the latest OOM of any of them.
  */
 vpmm_status_t vpmm_pool_oom_report(const vpmm_pool_t *pool, char *buf, size_t len);

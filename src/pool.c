@@ -291,6 +291,7 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
         vpmm_i_unlock(pool);
         return st;
     }
+    vpmm_i_oom_summary(pool);
     st = pool_teardown(pool);
     vpmm_i_record_close(pool);
     vpmm_i_unlock(pool);

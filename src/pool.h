@@ -250,6 +250,8 @@ struct vpmm_pool {
     vpmm_oom_cause_t oom_cause; /* what refused the malloc being reported (report.c) */
     vpmm_record_t *record;      /* the trace being recorded (record.c), or NULL */
     char oom_report[1536];      /* the last out-of-memory report (report.c) */
+    unsigned oom_printed;       /* reports VPMM_VERBOSE printed in full (report.c) */
+    uint64_t oom_unprinted;     /* later reports, only counted */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
     const char *drv_call;
@@ -289,8 +291,13 @@ void vpmm_i_record_close(vpmm_pool_t *p);
 /* ---- report (report.c) ---------------------------------------------------------------------- */
 
 /* Writes the out-of-memory report of a failed malloc (oom_report, vpmm_last_error, stderr when
- * verbose): what was asked, what the pool holds and where, what the device has left. */
+ * verbose: the pool's first VPMM_VERBOSE_OOM_REPORTS in full, later ones counted): what was asked,
+ * what the pool holds and where, what the device has left. */
 void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream);
+/* At destroy, when verbose: how many reports were counted but not printed (nothing if none). */
+void vpmm_i_oom_summary(const vpmm_pool_t *p);
+
+#define VPMM_VERBOSE_OOM_REPORTS 10
 /* The largest free region of arena `only`, or of the whole pool when NULL. */
 size_t vpmm_i_largest_free(const vpmm_pool_t *p, const vpmm_arena_t *only);
 

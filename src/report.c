@@ -3,7 +3,10 @@
  * span, what defragmentation could gather, utilization and fragmentation.
  *
  * When a malloc fails for lack of memory, vpmm_i_oom_report writes one paragraph into the pool
- * (vpmm_pool_oom_report copies it out; VPMM_VERBOSE=1 also prints it on stderr) with the figures
+ * (vpmm_pool_oom_report copies it out; VPMM_VERBOSE=1 also prints it on stderr, the pool's first
+ * VPMM_VERBOSE_OOM_REPORTS in full, then only counts them: a program that goes on after thousands
+ * of failures, a replay under a cap, must not bury its own output; the count is printed when the
+ * pool is destroyed) with the figures
  * a person needs to decide what to change: what was asked; whether the device or the pool's cap
  * (VPMM_MAX_BYTES) said no; what the pool maps, how much is live, free, in its largest free span,
  * in whole free pages (what defragmentation can gather without new memory) and still pending on
@@ -177,9 +180,28 @@ void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
                 "frees, destroy graphs no longer replayed, or vpmm_trim other pools on this "
                 "device.");
     vpmm_i_set_error("%.*s", (int)VPMM_MIN(first_end, 255), p->oom_report);
-    if (p->opt.verbose)
+    if (p->opt.verbose && p->oom_printed < VPMM_VERBOSE_OOM_REPORTS) {
         fprintf(stderr, "vpmm: %s\n", p->oom_report);
+        if (++p->oom_printed == VPMM_VERBOSE_OOM_REPORTS)
+            fprintf(stderr,
+                    "vpmm: %d out-of-memory reports printed; VPMM_VERBOSE prints no more of this "
+                    "pool's (vpmm_pool_oom_report has the latest), only how many there were "
+                    "when it is destroyed\n",
+                    VPMM_VERBOSE_OOM_REPORTS);
+    } else if (p->opt.verbose) {
+        p->oom_unprinted++;
+    }
     p->oom_cause = VPMM_OOM_DEVICE;
+}
+
+void vpmm_i_oom_summary(const vpmm_pool_t *p)
+{
+    if (p->opt.verbose && p->oom_unprinted > 0)
+        fprintf(stderr,
+                "vpmm: pool destroyed after %llu out-of-memory reports; the last %llu were not "
+                "printed (VPMM_VERBOSE prints a pool's first %d)\n",
+                (unsigned long long)(p->oom_printed + p->oom_unprinted),
+                (unsigned long long)p->oom_unprinted, VPMM_VERBOSE_OOM_REPORTS);
 }
 
 vpmm_status_t vpmm_pool_oom_report(const vpmm_pool_t *pool, char *buf, size_t len)

@@ -3,7 +3,8 @@
  * free span (ready, pending, cached and graph-pool memory all count), utilization and
  * fragmentation in vpmm_get_stats, the report's paragraph for a device refusal and for the cap
  * (VPMM_MAX_BYTES), for the address space, graph pools in it, what defragmentation can gather
- * (movable pages only), VPMM_VERBOSE printing it on stderr, and bad arguments.
+ * (movable pages only), VPMM_VERBOSE printing it on stderr (a pool's first reports in full, then
+ * only their count, printed at destroy), and bad arguments.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,7 +140,6 @@ static void test_cap_and_graph_pools(void **state)
     tpool_close(&t);
 }
 
-/* VPMM_VERBOSE=1 prints the report on stderr (captured here through a temporary file). */
 /*
  * "Whole pages that defragmentation gathers" counts only what it can move: not the free pages of
  * a multi-page handle partly in use (handles move whole), nor memory pending on a stream that is
@@ -208,17 +208,56 @@ static void test_address_space_exhaustion(void **state)
     tpool_close(&t);
 }
 
-static void test_verbose_prints(void **state)
+/* stderr into a temporary file, between capture_begin and capture_end (which returns it). */
+typedef struct capture {
+    FILE *tmp;
+    int saved;
+} capture_t;
+
+static void capture_begin(capture_t *c)
 {
+    c->tmp = tmpfile();
+    assert_non_null(c->tmp);
+    c->saved = dup(STDERR_FILENO);
+    fflush(stderr);
+    assert_true(dup2(fileno(c->tmp), STDERR_FILENO) >= 0);
+}
+
+static void capture_end(capture_t *c, char *out, size_t len)
+{
+    size_t n;
+    fflush(stderr);
+    assert_true(dup2(c->saved, STDERR_FILENO) >= 0);
+    close(c->saved);
+    rewind(c->tmp);
+    n = fread(out, 1, len - 1, c->tmp);
+    out[n] = '\0';
+    fclose(c->tmp);
+}
+
+static size_t occurrences(const char *s, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = strstr(s, what); p != NULL; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/*
+ * A program that runs out of memory thousands of times (a replay under a cap) must not get
+ * thousands of paragraphs: the first VPMM_VERBOSE_OOM_REPORTS in full, one line saying no more
+ * follow, and at destroy how many there were. vpmm_pool_oom_report still has the latest.
+ */
+static void test_verbose_rate_limited(void **state)
+{
+    enum { FAILURES = 3 * VPMM_VERBOSE_OOM_REPORTS + 5 };
     vpmm_config_t cfg;
     vpmm_pool_t *pool;
-    char out[4096] = "";
+    static char out[64 * 1024];
+    char buf[2048], want[128];
+    capture_t c;
     void *p = NULL;
-    FILE *tmp = tmpfile();
-    int saved = dup(STDERR_FILENO);
-    size_t n;
     (void)state;
-    assert_non_null(tmp);
     vpmm_config_init(&cfg);
     cfg.backend = VPMM_BACKEND_HOST;
     cfg.ignore_env = 1;
@@ -226,16 +265,73 @@ static void test_verbose_prints(void **state)
     cfg.host_memory = 4 * MiB;
     cfg.verbose = 1;
     assert_int_equal(vpmm_pool_create(&cfg, &pool), VPMM_SUCCESS);
-    fflush(stderr);
-    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    capture_begin(&c);
+    for (size_t i = 0; i < FAILURES; i++)
+        assert_int_equal(vpmm_malloc(pool, (6 + i) * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(vpmm_pool_oom_report(pool, buf, sizeof buf), VPMM_SUCCESS);
+    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+    capture_end(&c, out, sizeof out);
+    print_message("stderr: %s", out);
+    assert_int_equal(occurrences(out, "out of memory: the device has"), VPMM_VERBOSE_OOM_REPORTS);
+    assert_non_null(strstr(out, "vpmm: vpmm_malloc(6 MiB) on the legacy stream"));
+    snprintf(want, sizeof want, "vpmm_malloc(%d MiB)", 6 + VPMM_VERBOSE_OOM_REPORTS - 1);
+    assert_non_null(strstr(out, want)); /* the last one printed */
+    snprintf(want, sizeof want, "vpmm_malloc(%d MiB)", 6 + VPMM_VERBOSE_OOM_REPORTS);
+    assert_null(strstr(out, want)); /* the first one only counted */
+    assert_int_equal(occurrences(out, "VPMM_VERBOSE prints no more"), 1);
+    snprintf(want, sizeof want,
+             "vpmm: pool destroyed after %d out-of-memory reports; the last %d were not printed",
+             FAILURES, FAILURES - VPMM_VERBOSE_OOM_REPORTS);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof want, "vpmm_malloc(%d MiB)", 6 + FAILURES - 1);
+    assert_non_null(strstr(buf, want)); /* the report itself is the latest */
+}
+
+/* Under the limit, nothing is summarised at destroy: every report was printed. */
+static void test_verbose_no_summary_under_limit(void **state)
+{
+    vpmm_config_t cfg;
+    vpmm_pool_t *pool;
+    char out[16 * 1024];
+    capture_t c;
+    void *p = NULL;
+    (void)state;
+    vpmm_config_init(&cfg);
+    cfg.backend = VPMM_BACKEND_HOST;
+    cfg.ignore_env = 1;
+    cfg.va_size = 1 * GiB;
+    cfg.host_memory = 4 * MiB;
+    cfg.verbose = 1;
+    assert_int_equal(vpmm_pool_create(&cfg, &pool), VPMM_SUCCESS);
+    capture_begin(&c);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(vpmm_malloc(pool, 6 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+    capture_end(&c, out, sizeof out);
+    assert_int_equal(occurrences(out, "vpmm: vpmm_malloc(6 MiB)"), 2);
+    assert_null(strstr(out, "pool destroyed after"));
+    assert_null(strstr(out, "prints no more"));
+}
+
+/* VPMM_VERBOSE=1 prints the report on stderr (captured here through a temporary file). */
+static void test_verbose_prints(void **state)
+{
+    vpmm_config_t cfg;
+    vpmm_pool_t *pool;
+    char out[4096];
+    capture_t c;
+    void *p = NULL;
+    (void)state;
+    vpmm_config_init(&cfg);
+    cfg.backend = VPMM_BACKEND_HOST;
+    cfg.ignore_env = 1;
+    cfg.va_size = 1 * GiB;
+    cfg.host_memory = 4 * MiB;
+    cfg.verbose = 1;
+    assert_int_equal(vpmm_pool_create(&cfg, &pool), VPMM_SUCCESS);
+    capture_begin(&c);
     assert_int_equal(vpmm_malloc(pool, 6 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
-    fflush(stderr);
-    assert_true(dup2(saved, STDERR_FILENO) >= 0);
-    close(saved);
-    rewind(tmp);
-    n = fread(out, 1, sizeof out - 1, tmp);
-    out[n] = '\0';
-    fclose(tmp);
+    capture_end(&c, out, sizeof out);
     print_message("stderr: %s", out);
     assert_non_null(strstr(out, "vpmm: vpmm_malloc(6 MiB) on the legacy stream: out of memory"));
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
@@ -250,6 +346,8 @@ int main(void)
         cmocka_unit_test(test_movable_pages_only),
         cmocka_unit_test(test_address_space_exhaustion),
         cmocka_unit_test(test_verbose_prints),
+        cmocka_unit_test(test_verbose_rate_limited),
+        cmocka_unit_test(test_verbose_no_summary_under_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,8 +18,8 @@
 #                         default 8 TiB reservation (test_footprint, and test_options's
 #                         test_create_env_page_6m_default_va) and test_threads (~100 GiB of
 #                         fresh VA over a run; ASan and TSan cover it)
-# The GPU tests (label gpu) and test_package and test_nvtx_off (scripts around cmake and nm, not
-# vpmm code) are left out. VALGRIND_ARGS adds options (e.g. --track-origins=yes, ~2x slower).
+# The GPU tests (label gpu) and the tests that are scripts (test_package and test_nvtx_off around
+# cmake and nm, the Python ones: no executable of their own in bin/) are left out. VALGRIND_ARGS adds options (e.g. --track-origins=yes, ~2x slower).
 # Logs go to $BUILD_DIR/valgrind/<test>.log; a summary line per test and the list of failures are
 # printed; the exit status is non-zero if any test failed.
 set -uo pipefail
@@ -57,7 +57,7 @@ export -f run_one
 export build
 
 # The tests ctest knows (not stray binaries), each one's executable.
-ctest --test-dir "$build" -N -LE gpu | awk '/Test +#/ { print $3 }' | grep -v -E '^test_(package|nvtx_off)$' |
+ctest --test-dir "$build" -N -LE gpu | awk '/Test +#/ { print $3 }' | grep -v -E '^test_(package|nvtx_off|snapshot_to_trace|python_package|bench_tools)$' |
   sed "s|^|$build/bin/|" | xargs -P "$jobs" -I{} bash -c 'run_one "$(realpath {})"' | tee "$build/valgrind/summary.txt"
 failed=$(grep -c FAILED "$build/valgrind/summary.txt")
 echo "valgrind.sh: $(wc -l <"$build/valgrind/summary.txt") tests, $failed failed"

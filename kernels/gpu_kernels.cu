@@ -1,7 +1,7 @@
 /*
  * gpu_kernels.cu — the kernels behind gpu_kernels.h: pattern fill, pattern check, spin, and the
  * float steps of the graph tests (affine, add, resample); and which default stream the copy was
- * built for (CMakeLists.txt builds it twice).
+ * built for (kernels/CMakeLists.txt builds it twice).
  *
  * Fill and check split a range into an unaligned head (bytes up to the first 16-byte boundary),
  * a bulk of 16-byte vectors, and a tail of bytes; each thread walks the bulk and then the edge

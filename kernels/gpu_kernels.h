@@ -1,13 +1,15 @@
 /*
- * gpu_kernels.h — small CUDA kernels with C launchers, used by the GPU tests (test_gpu.c) to write
- * and verify device memory handed out by vpmm, and to keep a stream busy.
+ * gpu_kernels.h — small CUDA kernels with C launchers, used by the GPU tests (tests/test_gpu*.c)
+ * and the GPU soak (bench/soak/) to write and verify device memory handed out by vpmm, and by the
+ * tests to keep a stream busy. They live in kernels/, below both: neither tests/ nor bench/
+ * reaches into the other.
  *
  * The data pattern: byte j of a range filled with seed s is byte (j % 4) (little-endian) of
  * gk_pattern(s, j / 4), counted from the start of the range; so a range of any length and any
  * alignment has one well-defined content, and gk_pattern lets the host compute it too. Launchers
  * return a cudaError_t as int (0 = cudaSuccess: the kernel was enqueued); they never synchronise.
- * Thread-safe as the CUDA runtime is. Compiled by nvcc (gpu_kernels.cu) into vpmm_test_kernels,
- * and a second time with --default-stream per-thread into vpmm_test_kernels_ptds (for
+ * Thread-safe as the CUDA runtime is. Compiled by nvcc (gpu_kernels.cu) into vpmm_gpu_kernels,
+ * and a second time with --default-stream per-thread into vpmm_gpu_kernels_ptds (for
  * test_gpu_streams_ptds): there stream 0 given to a launcher is the calling thread's per-thread
  * stream, not the legacy default stream. cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2)
  * name those two streams explicitly in either copy.

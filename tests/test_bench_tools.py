@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""test_bench_tools.py — the bench tools end to end, as a user runs them (host backend, no GPU).
+
+  test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT [VPMM_SOAK]
+
+--version and --help on every tool (the project's version, from CMakeLists.txt); a trace named
+`we"ird` or `a<b&c` leaves the JSON and the SVG well-formed; a truncated .gz and a negative size
+are refused with a clear message and exit 1; a bad --svg path fails before the trace is even read,
+and a failed run leaves no SVG behind; a replay whose mallocs failed (VPMM_MAX_BYTES) exits 4 and
+reports no footprint; VPMM_VERBOSE under a cap prints ten reports, not hundreds; the timeline has
+labelled x-axis ticks and the VA holes in a panel of their own; numbers are checked.
+"""
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+TOOLS = {}
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def project_version():
+    with open(os.path.join(SRC, "CMakeLists.txt")) as f:
+        return re.search(r"project\(vpmm VERSION ([0-9.]+)", f.read()).group(1)
+
+
+def run(tool, *args, env=None):
+    """Runs a tool with no VPMM_* variable of the caller's, plus env."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("VPMM_")}
+    e.update(env or {})
+    return subprocess.run([TOOLS[tool], *args], capture_output=True, text=True, env=e,
+                          check=False, timeout=120)
+
+
+def trace_text(n=40, size=4 << 20, free_every=2):
+    """n allocations of size bytes, every free_every-th one freed right after the next."""
+    lines = ["# op addr size stream"]
+    for i in range(n):
+        lines.append(f"a {0x100000 + i * 0x1000000:x} {size} 0")
+        if i % free_every == 1:
+            lines.append(f"f {0x100000 + (i - 1) * 0x1000000:x} {size} 0")
+    return "\n".join(lines) + "\n"
+
+
+class BenchTools(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def write(self, name, text):
+        with open(self.path(name), "w") as f:
+            f.write(text)
+        return self.path(name)
+
+    def replay(self, *args, env=None):
+        return run("replay", "--backend", "host", "--quiet", *args, env=env)
+
+    def test_version_and_help(self):
+        want = project_version()
+        for tool in TOOLS:
+            r = run(tool, "--version")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, f"vpmm-{tool} (vpmm) {want}\n")
+            r = run(tool, "--help")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("--version", r.stdout)
+            r = run(tool, "--no-such-option")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("usage:", r.stderr)
+
+    def test_names_escaped_in_json_and_svg(self):
+        for name in ('we"ird.trace', "a<b&c.trace", "tab\there 'q' \\.trace"):
+            trace = self.write(name, trace_text())
+            r = self.replay("--json", trace)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["trace"], name)
+            svg = self.path("t.svg")
+            r = self.replay("--svg", svg, trace)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            title = ET.parse(svg).getroot().find(SVG + "text").text
+            self.assertTrue(title.startswith(name + " on vpmm/host: footprint "), title)
+
+    def test_svg_axes_and_panels(self):
+        svg = self.path("t.svg")
+        r = self.replay("--svg", svg, self.write("t.trace", trace_text(n=400)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        texts = [t.text for t in ET.parse(svg).getroot().iter(SVG + "text")]
+        self.assertIn("operation (of 600)", texts)
+        for tick in ("0", "100", "200", "300", "400", "500", "600"):
+            self.assertIn(tick, texts)
+        self.assertIn("physical memory: bytes on the device", texts)
+        self.assertIn("virtual address space: VA holes (reserved, no memory)", texts)
+
+    def test_truncated_gzip(self):
+        trace = self.path("t.trace.gz")
+        with gzip.open(trace, "wt") as f:
+            f.write(trace_text(n=4000, size=1000))
+        size = os.path.getsize(trace)
+        for cut in (size // 2, size - 4):
+            os.truncate(trace, cut)
+            r = self.replay(trace)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn("t.trace.gz: truncated", r.stderr)
+            self.assertEqual(r.stdout, "")
+            with gzip.open(trace, "wt") as f:
+                f.write(trace_text(n=4000, size=1000))
+
+    def test_negative_size(self):
+        r = self.replay(self.write("neg.trace", "a 1000 512 0\na 2000 -512 0\n"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("neg.trace:2: negative size -512", r.stderr)
+
+    def test_bad_output_path_fails_first(self):
+        # The trace does not exist either: only the --svg path may be named, so it was checked
+        # before the trace was opened (and long before any replay).
+        r = self.replay("--svg", "/nonexistent-dir/x.svg", self.path("missing.trace"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--svg /nonexistent-dir/x.svg: cannot create", r.stderr)
+        self.assertNotIn("missing.trace", r.stderr)
+
+    def test_svg_over_the_trace_refused(self):
+        trace = self.write("t.trace", trace_text())
+        r = self.replay("--svg", os.path.join(self.dir.name, ".", "t.trace"), trace)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("that is the input file", r.stderr)
+        with open(trace) as f:
+            self.assertEqual(f.read(), trace_text())
+
+    def test_failed_run_leaves_no_svg(self):
+        svg = self.path("t.svg")
+        r = self.replay("--svg", svg, self.write("neg.trace", "a 1000 -1 0\n"))
+        self.assertEqual(r.returncode, 1)
+        self.assertFalse(os.path.exists(svg))
+
+    def test_failed_mallocs_exit_4_without_footprint(self):
+        trace = self.write("big.trace", trace_text(n=40, free_every=1000))  # 160 MiB live
+        cap = {"VPMM_MAX_BYTES": "16M"}
+        r = self.replay(trace, env=cap)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("footprint              not measured: ", r.stdout)
+        self.assertIn("mallocs failed (out of memory)", r.stderr)
+        r = self.replay("--json", trace, env=cap)
+        self.assertEqual(r.returncode, 4)
+        row = json.loads(r.stdout)
+        self.assertIsNone(row["footprint"])
+        self.assertGreater(row["ooms"], 0)
+        svg = self.path("t.svg")
+        r = self.replay("--svg", svg, trace, env=cap)
+        self.assertEqual(r.returncode, 4)
+        title = ET.parse(svg).getroot().find(SVG + "text").text
+        self.assertIn("mallocs failed (out of memory)", title)
+        # Without the cap the same trace replays.
+        self.assertEqual(self.replay(trace).returncode, 0)
+
+    def test_verbose_under_a_cap_is_short(self):
+        trace = self.write("big.trace", trace_text(n=200, free_every=1000))
+        r = self.replay(trace, env={"VPMM_MAX_BYTES": "16M", "VPMM_VERBOSE": "1"})
+        self.assertEqual(r.returncode, 4)
+        reports = [l for l in r.stderr.splitlines() if l.startswith("vpmm: vpmm_malloc(")]
+        self.assertEqual(len(reports), 10, r.stderr)
+        self.assertRegex(r.stderr, r"vpmm: pool destroyed after \d+ out-of-memory reports; "
+                                   r"the last \d+ were not printed")
+
+    def test_numbers_checked(self):
+        for tool, args, msg in (
+                ("growth", ["--gib", "0"], "--gib: '0' is not an integer in 1..1024"),
+                ("growth", ["--gib", "-8"], "--gib: '-8'"),
+                ("checkpoint", ["--reps", "-1"], "--reps: '-1'"),
+                ("checkpoint", ["--regions", "1,x"], "--regions: '1,x'"),
+                ("soak", ["--threads", "0"], "--threads: '0' is not an integer in 1..64"),
+                ("soak", ["--seconds", "-1"], "--seconds: '-1'")):
+            if tool not in TOOLS:
+                continue
+            r = run(tool, *args)
+            self.assertEqual(r.returncode, 1, (tool, args, r.stderr))
+            self.assertIn(msg, r.stderr)
+
+    def test_growth_and_checkpoint_json(self):
+        r = run("growth", "--backend", "host", "--gib", "1", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(l) for l in r.stdout.splitlines()]
+        self.assertEqual([x["pattern"] for x in rows], ["one", "2mib", "128mib"])
+        r = run("checkpoint", "--json", "--regions", "10", "--reps", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(l) for l in r.stdout.splitlines()]
+        self.assertEqual(rows[0]["backend"], "vpmm/host")
+        self.assertEqual(rows[-1]["bench"], "checkpoint-tree")
+
+
+if __name__ == "__main__":
+    names = ("replay", "growth", "checkpoint", "soak")
+    while len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
+        path = sys.argv.pop(1)
+        TOOLS[names[len(TOOLS)]] = path
+    if len(TOOLS) < 3:
+        sys.exit("usage: test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT [VPMM_SOAK]")
+    unittest.main()
