@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "status.h"
-#include "test_util.h"
+#include "graph_test_util.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -107,39 +107,16 @@ typedef struct gfx {
     vpmm_checkpoint_t *ck;
 } gfx_t;
 
-static void begin(tpool_t *t, vpmm_graph_pool_t *gp, vpmm_stream_t s)
-{
-    assert_int_equal(vpmm_capture_begin(t->pool, gp, s, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
-    CHECK_POOL(t->pool);
-}
-
-static vpmm_graph_t end(tpool_t *t, vpmm_stream_t s)
-{
-    vpmm_graph_t g = NULL;
-    assert_int_equal(vpmm_capture_end(t->pool, s, &g), VPMM_SUCCESS);
-    assert_non_null(g);
-    CHECK_POOL(t->pool);
-    return g;
-}
-
-static vpmm_graph_pool_t *new_gp(tpool_t *t)
-{
-    vpmm_graph_pool_t *gp = NULL;
-    assert_int_equal(vpmm_graph_pool_create(t->pool, &gp), VPMM_SUCCESS);
-    assert_non_null(gp);
-    return gp;
-}
-
 static void gfx_open(gfx_t *x)
 {
     fx_open(&x->f, &small_va);
     x->cs = vpmm_host_stream_create(x->f.t.host);
-    x->gp = new_gp(&x->f.t);
-    begin(&x->f.t, x->gp, x->cs);
+    x->gp = tgp_create(&x->f.t);
+    tcapture_begin(&x->f.t, x->gp, x->cs);
     tfree(x->f.t.pool, tmalloc(x->f.t.pool, 2 * MiB, x->cs));
     x->out = tmalloc(x->f.t.pool, 100 * KiB, x->cs);
-    x->g = end(&x->f.t, x->cs);
-    assert_int_equal(vpmm_checkpoint_take(x->gp, &x->ck), VPMM_SUCCESS);
+    x->g = tcapture_end(&x->f.t, x->cs);
+    x->ck = tcheckpoint_take(x->gp);
 }
 
 static void gfx_close(gfx_t *x)
@@ -150,59 +127,6 @@ static void gfx_close(gfx_t *x)
     assert_int_equal(vpmm_graph_destroy(x->f.t.pool, x->g), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(x->gp), VPMM_SUCCESS);
     fx_close(&x->f);
-}
-
-static vpmm_graph_pool_stats_t gstats(const vpmm_graph_pool_t *gp)
-{
-    vpmm_graph_pool_stats_t s;
-    assert_int_equal(vpmm_graph_pool_stats(gp, &s), VPMM_SUCCESS);
-    return s;
-}
-
-/* The capture status of s, straight from the host backend (no pool call, no fault counter). */
-static vpmm_capture_status_t capture_status(tpool_t *t, vpmm_stream_t s, uint64_t *out_id)
-{
-    vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
-    uint64_t id = 0;
-    assert_int_equal(t->host->capture_info(t->host, s, &cap, &id, NULL), VPMM_DRV_OK);
-    if (out_id != NULL)
-        *out_id = id;
-    return cap;
-}
-
-/* Driver calls that must never happen while a stream is being captured. */
-static uint64_t forbidden_calls(const tpool_t *t)
-{
-    return vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_QUERY) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_RECORD) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_STREAM_WAIT_EVENT) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_SYNCHRONIZE);
-}
-
-/* The region holding ptr, from the public walk. */
-typedef struct find_q {
-    uintptr_t addr;
-    vpmm_region_info_t info;
-    int found;
-} find_q_t;
-
-static int find_visit(const vpmm_region_info_t *r, void *user)
-{
-    find_q_t *q = user;
-    if (q->addr >= r->addr && q->addr - r->addr < r->size) {
-        q->info = *r;
-        q->found = 1;
-        return 1;
-    }
-    return 0;
-}
-
-static vpmm_region_info_t region_of(vpmm_pool_t *pool, const void *ptr)
-{
-    find_q_t q = { (uintptr_t)ptr, { 0 }, 0 };
-    assert_int_equal(vpmm_pool_walk(pool, find_visit, &q), VPMM_SUCCESS);
-    assert_true(q.found);
-    return q.info;
 }
 
 /* ---- NULL arguments, one row per function (or family) ---------------------------------------- */
@@ -430,7 +354,7 @@ static void test_null_capture_calls(void **state)
     before = tsnap(x.f.t.pool);
     EXPECT(vpmm_capture_begin(NULL, x.gp, x.cs, VPMM_STREAM_CAPTURE_GLOBAL),
            VPMM_ERROR_INVALID_ARGUMENT, "vpmm_capture_begin: pool is NULL");
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_NONE);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_NONE);
     EXPECT(vpmm_capture_end(NULL, x.cs, NULL), VPMM_ERROR_INVALID_ARGUMENT,
            "vpmm_capture_end: pool is NULL");
     EXPECT(vpmm_capture_register(NULL, x.gp, x.cs), VPMM_ERROR_INVALID_ARGUMENT,
@@ -450,7 +374,7 @@ static void test_null_capture_calls(void **state)
            "vpmm_capture_register: graph_pool is NULL");
     EXPECT(vpmm_capture_graph_pool(x.f.t.pool, x.f.s, NULL), VPMM_ERROR_INVALID_ARGUMENT,
            "vpmm_capture_graph_pool: out_graph_pool is NULL");
-    assert_int_equal(capture_status(&x.f.t, x.f.s, NULL), VPMM_CAPTURE_ACTIVE); /* it goes on */
+    assert_int_equal(tcapture_status(&x.f.t, x.f.s, NULL), VPMM_CAPTURE_ACTIVE); /* it goes on */
     {
         tsnap_t now = tsnap(x.f.t.pool);
         assert_snap_equal(&before, &now); /* no graph pool was made for the capture */
@@ -520,14 +444,14 @@ static void test_malloc_size_zero(void **state)
     assert_null(p);
     /* On a stream that is being captured too: refused before routing, the graph pool untouched
      * and the capture still valid. */
-    begin(&x.f.t, x.gp, x.cs);
+    tcapture_begin(&x.f.t, x.gp, x.cs);
     before = tsnap(x.f.t.pool);
     p = (void *)1;
     EXPECT(vpmm_malloc(x.f.t.pool, 0, x.cs, &p), VPMM_ERROR_INVALID_SIZE, "size is 0");
     assert_null(p);
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
     assert_unchanged_and_works(&x.f.t, &before);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     gfx_close(&x);
 }
 
@@ -549,15 +473,15 @@ static void test_malloc_size_max(void **state)
     assert_null(p);
     EXPECT(vpmm_malloc(x.f.t.pool, SIZE_MAX - VPMM_ALIGNMENT + 2, NULL, &p),
            VPMM_ERROR_SIZE_TOO_LARGE, "exceed the VA chunk size");
-    begin(&x.f.t, x.gp, x.cs);
+    tcapture_begin(&x.f.t, x.gp, x.cs);
     before = tsnap(x.f.t.pool);
     p = (void *)1;
     EXPECT(vpmm_malloc(x.f.t.pool, SIZE_MAX, x.cs, &p), VPMM_ERROR_SIZE_TOO_LARGE,
            "exceed the VA chunk size");
     assert_null(p);
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
     assert_unchanged_and_works(&x.f.t, &before);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     gfx_close(&x);
 }
 
@@ -571,7 +495,7 @@ static void test_malloc_above_va_chunk(void **state)
     (void)state;
     fx_open(&f, &(tpool_params_t){ .va_size = 256 * MiB });
     cs = vpmm_host_stream_create(f.t.host);
-    gp = new_gp(&f.t);
+    gp = tgp_create(&f.t);
     before = tsnap(f.t.pool);
     EXPECT(vpmm_malloc(f.t.pool, 256 * MiB + 1, f.s, &p), VPMM_ERROR_SIZE_TOO_LARGE,
            "268435457 bytes exceed the VA chunk size (268435456)");
@@ -580,15 +504,15 @@ static void test_malloc_above_va_chunk(void **state)
            "exceed the VA chunk size");
     /* A graph pool may reserve a chunk larger than its usual one for one large request, but the
      * limit is the pool's VA chunk size all the same. */
-    begin(&f.t, gp, cs);
+    tcapture_begin(&f.t, gp, cs);
     before = tsnap(f.t.pool);
     p = (void *)1;
     EXPECT(vpmm_malloc(f.t.pool, 256 * MiB + 1, cs, &p), VPMM_ERROR_SIZE_TOO_LARGE,
            "exceed the VA chunk size");
     assert_null(p);
-    assert_int_equal(gstats(gp).mallocs, 0);
+    assert_int_equal(tgp_stats(gp).mallocs, 0);
     assert_unchanged_and_works(&f.t, &before);
-    assert_int_equal(vpmm_graph_destroy(f.t.pool, end(&f.t, cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(f.t.pool, tcapture_end(&f.t, cs)), VPMM_SUCCESS);
     /* Exactly one chunk is fine. */
     tfree(f.t.pool, tmalloc(f.t.pool, 256 * MiB, NULL));
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
@@ -608,7 +532,7 @@ static void test_free_double(void **state)
     b = tmalloc(x.f.t.pool, 4096, x.f.s);
     tfree(x.f.t.pool, a); /* shared blocks freed on s (cached or coalesced) */
     tfree(x.f.t.pool, b);
-    begin(&x.f.t, x.gp, x.cs);
+    tcapture_begin(&x.f.t, x.gp, x.cs);
     priv = tmalloc(x.f.t.pool, 8192, x.cs);
     tfree(x.f.t.pool, priv); /* a graph pool's, pending until the capture ends */
     before = tsnap(x.f.t.pool);
@@ -616,7 +540,7 @@ static void test_free_double(void **state)
     EXPECT(vpmm_free(x.f.t.pool, b), VPMM_ERROR_DOUBLE_FREE, "double free");
     EXPECT(vpmm_free(x.f.t.pool, priv), VPMM_ERROR_DOUBLE_FREE, "double free");
     assert_unchanged_and_works(&x.f.t, &before);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     gfx_close(&x);
 }
 
@@ -669,11 +593,11 @@ static void test_free_foreign_other_pool(void **state)
     gfx_open(&x);
     tpool_open(&other, &small_va);
     os = vpmm_host_stream_create(other.host);
-    ogp = new_gp(&other);
+    ogp = tgp_create(&other);
     theirs = tmalloc(other.pool, 4096, NULL);
-    begin(&other, ogp, os);
+    tcapture_begin(&other, ogp, os);
     their_priv = tmalloc(other.pool, 4096, os);
-    og = end(&other, os);
+    og = tcapture_end(&other, os);
     before = tsnap(x.f.t.pool);
     other_before = tsnap(other.pool);
     EXPECT(vpmm_free(x.f.t.pool, theirs), VPMM_ERROR_FOREIGN_POINTER, "is not inside this pool");
@@ -698,7 +622,7 @@ static void test_free_never_allocated(void **state)
     (void)state;
     fx_open(&f, &small_va);
     /* 1 GiB past big: reserved VA of the pool's chunk, never mapped (a hole). */
-    r = region_of(f.t.pool, (char *)f.big + 1 * GiB);
+    r = tregion_of(f.t.pool, (char *)f.big + 1 * GiB);
     assert_int_equal(r.state, VPMM_REGION_HOLE);
     before = tsnap(f.t.pool);
     EXPECT(vpmm_free(f.t.pool, (char *)f.big + 1 * GiB), VPMM_ERROR_DOUBLE_FREE,
@@ -715,9 +639,9 @@ static void test_free_after_reapply(void **state)
     vpmm_graph_t g2;
     (void)state;
     gfx_open(&x);
-    begin(&x.f.t, x.gp, x.cs);
+    tcapture_begin(&x.f.t, x.gp, x.cs);
     later = tmalloc(x.f.t.pool, 300 * KiB, x.cs); /* made after the checkpoint */
-    g2 = end(&x.f.t, x.cs);
+    g2 = tcapture_end(&x.f.t, x.cs);
     assert_int_equal(vpmm_checkpoint_reapply(x.gp, x.ck, NULL, 0), VPMM_SUCCESS);
     before = tsnap(x.f.t.pool);
     EXPECT(vpmm_free(x.f.t.pool, later), VPMM_ERROR_DOUBLE_FREE, "double free");
@@ -744,25 +668,25 @@ static void test_free_private_during_other_capture(void **state)
     (void)state;
     gfx_open(&x);
     s2 = vpmm_host_stream_create(x.f.t.host);
-    gp2 = new_gp(&x.f.t);
-    begin(&x.f.t, gp2, s2);
-    capture_status(&x.f.t, s2, &id);
-    g1_before = gstats(x.gp);
-    g2_before = gstats(gp2);
+    gp2 = tgp_create(&x.f.t);
+    tcapture_begin(&x.f.t, gp2, s2);
+    tcapture_status(&x.f.t, s2, &id);
+    g1_before = tgp_stats(x.gp);
+    g2_before = tgp_stats(gp2);
     before = tstats(x.f.t.pool);
-    forbidden = forbidden_calls(&x.f.t);
+    forbidden = tcapture_forbidden_calls(&x.f.t);
     calls = vpmm_fault_total_calls(x.f.t.fault);
     EXPECT(vpmm_free(x.f.t.pool, x.out), VPMM_SUCCESS, NULL);
     /* No driver call: no capture into its graph pool is in progress. */
     assert_int_equal(vpmm_fault_total_calls(x.f.t.fault), calls);
     CHECK_POOL(x.f.t.pool);
-    r = region_of(x.f.t.pool, x.out);
+    r = tregion_of(x.f.t.pool, x.out);
     assert_int_equal(r.state, VPMM_REGION_FREE);
     assert_int_equal(r.pool, g1_before.id); /* still its graph pool's */
     assert_false(r.ready);                  /* pending on its allocation stream ... */
     assert_ptr_equal(r.stream, x.cs);       /* ... cs, not the capturing s2 */
-    g1_after = gstats(x.gp);
-    g2_after = gstats(gp2);
+    g1_after = tgp_stats(x.gp);
+    g2_after = tgp_stats(gp2);
     assert_int_equal(g1_after.frees, g1_before.frees + 1);
     assert_int_equal(g1_after.live_allocs, g1_before.live_allocs - 1);
     assert_memory_equal(&g2_after, &g2_before, sizeof g2_after);
@@ -771,14 +695,14 @@ static void test_free_private_during_other_capture(void **state)
     assert_int_equal(after.live_bytes, before.live_bytes - 100 * KiB);
     /* The capture goes on, undisturbed: no event, wait or sync was made, and its mallocs are
      * served by its own graph pool, never from the memory just freed. */
-    assert_int_equal(forbidden_calls(&x.f.t), forbidden);
-    assert_int_equal(capture_status(&x.f.t, s2, &id_after), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_forbidden_calls(&x.f.t), forbidden);
+    assert_int_equal(tcapture_status(&x.f.t, s2, &id_after), VPMM_CAPTURE_ACTIVE);
     assert_int_equal(id_after, id);
     y = tmalloc(x.f.t.pool, 100 * KiB, s2);
     assert_ptr_not_equal(y, x.out);
-    assert_int_equal(region_of(x.f.t.pool, y).pool, g2_after.id);
+    assert_int_equal(tregion_of(x.f.t.pool, y).pool, g2_after.id);
     tfree(x.f.t.pool, y);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, s2)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, s2)), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp2), VPMM_SUCCESS);
     tfree(x.f.t.pool, tmalloc(x.f.t.pool, 4096, NULL));
     x.out = NULL;
@@ -798,25 +722,25 @@ static void test_free_private_while_its_stream_captures_elsewhere(void **state)
     void *y;
     (void)state;
     gfx_open(&x);
-    gp2 = new_gp(&x.f.t);
-    begin(&x.f.t, gp2, x.cs); /* x.out was allocated on cs, by G1's capture into x.gp */
-    forbidden = forbidden_calls(&x.f.t);
+    gp2 = tgp_create(&x.f.t);
+    tcapture_begin(&x.f.t, gp2, x.cs); /* x.out was allocated on cs, by G1's capture into x.gp */
+    forbidden = tcapture_forbidden_calls(&x.f.t);
     calls = vpmm_fault_total_calls(x.f.t.fault);
     EXPECT(vpmm_free(x.f.t.pool, x.out), VPMM_SUCCESS, NULL);
     assert_int_equal(vpmm_fault_total_calls(x.f.t.fault), calls); /* no driver call */
     CHECK_POOL(x.f.t.pool);
-    r = region_of(x.f.t.pool, x.out);
+    r = tregion_of(x.f.t.pool, x.out);
     assert_int_equal(r.state, VPMM_REGION_FREE);
-    assert_int_equal(r.pool, gstats(x.gp).id);
+    assert_int_equal(r.pool, tgp_stats(x.gp).id);
     assert_false(r.ready);
     assert_ptr_equal(r.stream, x.cs);
     y = tmalloc(x.f.t.pool, 100 * KiB, x.cs); /* gp2's, not x.out */
     assert_ptr_not_equal(y, x.out);
-    assert_int_equal(region_of(x.f.t.pool, y).pool, gstats(gp2).id);
-    assert_int_equal(forbidden_calls(&x.f.t), forbidden);
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tregion_of(x.f.t.pool, y).pool, tgp_stats(gp2).id);
+    assert_int_equal(tcapture_forbidden_calls(&x.f.t), forbidden);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
     tfree(x.f.t.pool, y);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp2), VPMM_SUCCESS);
     x.out = NULL;
     gfx_close(&x);
@@ -835,8 +759,8 @@ static void test_free_private_during_capture_into_its_pool(void **state)
     (void)state;
     gfx_open(&x);
     s2 = vpmm_host_stream_create(x.f.t.host);
-    begin(&x.f.t, x.gp, s2);
-    forbidden = forbidden_calls(&x.f.t);
+    tcapture_begin(&x.f.t, x.gp, s2);
+    forbidden = tcapture_forbidden_calls(&x.f.t);
     calls = vpmm_fault_total_calls(x.f.t.fault);
     queries = vpmm_fault_calls(x.f.t.fault, VPMM_DRV_CAPTURE_INFO);
     EXPECT(vpmm_free(x.f.t.pool, x.out), VPMM_SUCCESS, NULL);
@@ -844,19 +768,19 @@ static void test_free_private_during_capture_into_its_pool(void **state)
     assert_int_equal(vpmm_fault_total_calls(x.f.t.fault) - calls, 1);
     assert_int_equal(vpmm_fault_calls(x.f.t.fault, VPMM_DRV_CAPTURE_INFO) - queries, 1);
     CHECK_POOL(x.f.t.pool);
-    r = region_of(x.f.t.pool, x.out);
+    r = tregion_of(x.f.t.pool, x.out);
     assert_int_equal(r.state, VPMM_REGION_FREE);
-    assert_int_equal(r.pool, gstats(x.gp).id);
+    assert_int_equal(r.pool, tgp_stats(x.gp).id);
     assert_false(r.ready);
     assert_ptr_equal(r.stream, x.cs);
     y = tmalloc(x.f.t.pool, 100 * KiB, s2);
     assert_ptr_not_equal(y, x.out);
-    assert_int_equal(forbidden_calls(&x.f.t), forbidden);
-    assert_int_equal(capture_status(&x.f.t, s2, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_forbidden_calls(&x.f.t), forbidden);
+    assert_int_equal(tcapture_status(&x.f.t, s2, NULL), VPMM_CAPTURE_ACTIVE);
     tfree(x.f.t.pool, y);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, s2)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, s2)), VPMM_SUCCESS);
     /* Still pending on cs after that capture: it waits for cs's marker, not for captures. */
-    r = region_of(x.f.t.pool, x.out);
+    r = tregion_of(x.f.t.pool, x.out);
     assert_false(r.ready);
     assert_ptr_equal(r.stream, x.cs);
     x.out = NULL;
@@ -892,7 +816,7 @@ static void test_free_shared_during_capture_of_its_stream(void **state)
     after = tstats(f.t.pool);
     assert_int_equal(after.frees, before.frees + 1);
     assert_int_equal(after.graph_pools, before.graph_pools); /* nothing private happened */
-    r = region_of(f.t.pool, x);
+    r = tregion_of(f.t.pool, x);
     assert_int_equal(r.state, VPMM_REGION_FREE);
     assert_int_equal(r.pool, 0);
     assert_false(r.ready);
@@ -900,13 +824,13 @@ static void test_free_shared_during_capture_of_its_stream(void **state)
     /* The capture's malloc of the same size comes from its graph pool. */
     y = tmalloc(f.t.pool, 5 * MiB, f.s);
     assert_ptr_not_equal(y, x);
-    assert_true(region_of(f.t.pool, y).pool != 0);
+    assert_true(tregion_of(f.t.pool, y).pool != 0);
     /* Another stream's malloc (a slow path: it polls and marks streams) does not get it. */
     z = tmalloc(f.t.pool, 5 * MiB, o);
     assert_ptr_not_equal(z, x);
     assert_int_equal(vpmm_fault_calls(f.t.fault, VPMM_DRV_EVENT_RECORD), records);
-    assert_int_equal(capture_status(&f.t, f.s, NULL), VPMM_CAPTURE_ACTIVE);
-    r = region_of(f.t.pool, x);
+    assert_int_equal(tcapture_status(&f.t, f.s, NULL), VPMM_CAPTURE_ACTIVE);
+    r = tregion_of(f.t.pool, x);
     assert_false(r.ready);
     assert_ptr_equal(r.stream, f.s);
     tfree(f.t.pool, y);
@@ -932,7 +856,7 @@ static void test_capture_begin_legacy_stream(void **state)
            VPMM_ERROR_INVALID_ARGUMENT, "the legacy default stream cannot be captured");
     EXPECT(vpmm_capture_begin(x.f.t.pool, NULL, (vpmm_stream_t)1, VPMM_STREAM_CAPTURE_RELAXED),
            VPMM_ERROR_INVALID_ARGUMENT, "legacy default stream");
-    assert_int_equal(gstats(x.gp).captures, 0);
+    assert_int_equal(tgp_stats(x.gp).captures, 0);
     assert_unchanged_and_works(&x.f.t, &before);
     gfx_close(&x);
 }
@@ -948,11 +872,11 @@ static void test_capture_stream_zero_per_thread(void **state)
     void *p;
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .va_size = 4 * GiB, .per_thread_default = 1 });
-    gp = new_gp(&t);
+    gp = tgp_create(&t);
     EXPECT(vpmm_capture_begin(t.pool, gp, NULL, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS, NULL);
-    assert_int_equal(gstats(gp).captures, 1);
+    assert_int_equal(tgp_stats(gp).captures, 1);
     p = tmalloc(t.pool, 4096, NULL);
-    assert_int_equal(gstats(gp).live_allocs, 1);
+    assert_int_equal(tgp_stats(gp).live_allocs, 1);
     /* The same capture, named by its per-thread handle. */
     EXPECT(vpmm_capture_end(t.pool, VPMM_STREAM_PER_THREAD, &g), VPMM_SUCCESS, NULL);
     tfree(t.pool, p);
@@ -991,8 +915,8 @@ static void test_capture_end_per_thread_from_other_thread(void **state)
     void *p;
     (void)state;
     tpool_open(&t, &small_va);
-    gp = new_gp(&t);
-    begin(&t, gp, VPMM_STREAM_PER_THREAD);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, VPMM_STREAM_PER_THREAD);
     p = tmalloc(t.pool, 4096, VPMM_STREAM_PER_THREAD);
     before = tsnap(t.pool);
     o = (other_thread_t){ .t = &t };
@@ -1006,9 +930,9 @@ static void test_capture_end_per_thread_from_other_thread(void **state)
         tsnap_t after = tsnap(t.pool);
         assert_snap_equal(&before, &after);
     }
-    assert_int_equal(gstats(gp).captures, 1); /* this thread's capture goes on */
+    assert_int_equal(tgp_stats(gp).captures, 1); /* this thread's capture goes on */
     tfree(t.pool, p);
-    g = end(&t, VPMM_STREAM_PER_THREAD);
+    g = tcapture_end(&t, VPMM_STREAM_PER_THREAD);
     assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -1025,8 +949,8 @@ static void test_capture_begin_already_capturing(void **state)
     gfx_open(&x);
     ext = vpmm_host_stream_create(x.f.t.host);
     joined = vpmm_host_stream_create(x.f.t.host);
-    begin(&x.f.t, x.gp, x.cs); /* by vpmm */
-    capture_status(&x.f.t, x.cs, &id);
+    tcapture_begin(&x.f.t, x.gp, x.cs); /* by vpmm */
+    tcapture_status(&x.f.t, x.cs, &id);
     assert_int_equal(x.f.t.host->event_create(x.f.t.host, &ev), VPMM_DRV_OK);
     assert_int_equal(x.f.t.host->event_record(x.f.t.host, ev, x.cs), VPMM_DRV_OK);
     assert_int_equal(x.f.t.host->stream_wait_event(x.f.t.host, joined, ev), VPMM_DRV_OK);
@@ -1040,16 +964,16 @@ static void test_capture_begin_already_capturing(void **state)
     EXPECT(vpmm_capture_begin(x.f.t.pool, x.gp, ext, VPMM_STREAM_CAPTURE_GLOBAL),
            VPMM_ERROR_STREAM_CAPTURING, "is already being captured");
     /* Every capture goes on as it was. */
-    assert_int_equal(capture_status(&x.f.t, x.cs, &id_after), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, &id_after), VPMM_CAPTURE_ACTIVE);
     assert_int_equal(id_after, id);
-    assert_int_equal(capture_status(&x.f.t, joined, &id_after), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, joined, &id_after), VPMM_CAPTURE_ACTIVE);
     assert_int_equal(id_after, id);
-    assert_int_equal(capture_status(&x.f.t, ext, &id_after), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, ext, &id_after), VPMM_CAPTURE_ACTIVE);
     assert_int_equal(id_after, ext_id);
-    assert_int_equal(gstats(x.gp).captures, 1);
+    assert_int_equal(tgp_stats(x.gp).captures, 1);
     assert_unchanged_and_works(&x.f.t, &before);
     assert_int_equal(vpmm_host_end_capture(x.f.t.host, ext), VPMM_DRV_OK);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     assert_int_equal(x.f.t.host->event_destroy(x.f.t.host, ev), VPMM_DRV_OK);
     gfx_close(&x);
 }
@@ -1063,14 +987,14 @@ static void test_capture_begin_other_pools_graph_pool(void **state)
     (void)state;
     gfx_open(&x);
     tpool_open(&other, &small_va);
-    theirs = new_gp(&other);
+    theirs = tgp_create(&other);
     before = tsnap(x.f.t.pool);
     other_before = tsnap(other.pool);
     EXPECT(vpmm_capture_begin(x.f.t.pool, theirs, x.cs, VPMM_STREAM_CAPTURE_GLOBAL),
            VPMM_ERROR_WRONG_POOL, "vpmm_capture_begin: graph pool g");
     assert_error_mentions("belongs to another pool");
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_NONE); /* not begun */
-    assert_int_equal(gstats(theirs).captures, 0);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_NONE); /* not begun */
+    assert_int_equal(tgp_stats(theirs).captures, 0);
     assert_unchanged_and_works(&x.f.t, &before);
     other_after = tsnap(other.pool);
     assert_snap_equal(&other_before, &other_after);
@@ -1090,7 +1014,7 @@ static void test_capture_begin_bad_mode(void **state)
            VPMM_ERROR_INVALID_ARGUMENT, "vpmm_capture_begin: unknown capture mode 3");
     EXPECT(vpmm_capture_begin(x.f.t.pool, NULL, x.cs, (vpmm_stream_capture_mode_t)-1),
            VPMM_ERROR_INVALID_ARGUMENT, "unknown capture mode -1");
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_NONE);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_NONE);
     assert_unchanged_and_works(&x.f.t, &before);
     gfx_close(&x);
 }
@@ -1129,7 +1053,7 @@ static void test_capture_end_joined_stream(void **state)
     (void)state;
     gfx_open(&x);
     joined = vpmm_host_stream_create(x.f.t.host);
-    begin(&x.f.t, x.gp, x.cs);
+    tcapture_begin(&x.f.t, x.gp, x.cs);
     assert_int_equal(x.f.t.host->event_create(x.f.t.host, &ev), VPMM_DRV_OK);
     assert_int_equal(x.f.t.host->event_record(x.f.t.host, ev, x.cs), VPMM_DRV_OK);
     assert_int_equal(x.f.t.host->stream_wait_event(x.f.t.host, joined, ev), VPMM_DRV_OK);
@@ -1140,11 +1064,11 @@ static void test_capture_end_joined_stream(void **state)
     assert_int_equal(vpmm_pool_last_driver_error(x.f.t.pool, &code, &call), VPMM_SUCCESS);
     assert_int_equal(code, 903);
     assert_string_equal(call, "cuStreamEndCapture");
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
-    assert_int_equal(capture_status(&x.f.t, joined, NULL), VPMM_CAPTURE_ACTIVE);
-    assert_int_equal(gstats(x.gp).captures, 1);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, joined, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tgp_stats(x.gp).captures, 1);
     assert_unchanged_and_works(&x.f.t, &before);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     assert_int_equal(x.f.t.host->event_destroy(x.f.t.host, ev), VPMM_DRV_OK);
     gfx_close(&x);
 }
@@ -1159,14 +1083,14 @@ static void test_capture_register_other_pools_graph_pool(void **state)
     (void)state;
     gfx_open(&x);
     tpool_open(&other, &small_va);
-    theirs = new_gp(&other);
+    theirs = tgp_create(&other);
     assert_int_equal(vpmm_host_begin_capture(x.f.t.host, x.cs, &id), VPMM_DRV_OK);
     before = tsnap(x.f.t.pool);
     EXPECT(vpmm_capture_register(x.f.t.pool, theirs, x.cs), VPMM_ERROR_WRONG_POOL,
            "vpmm_capture_register: graph pool g");
     assert_error_mentions("belongs to another pool");
-    assert_int_equal(gstats(theirs).captures, 0);
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tgp_stats(theirs).captures, 0);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
     assert_unchanged_and_works(&x.f.t, &before);
     assert_int_equal(vpmm_host_end_capture(x.f.t.host, x.cs), VPMM_DRV_OK);
     assert_int_equal(vpmm_graph_pool_release(theirs), VPMM_SUCCESS);
@@ -1183,18 +1107,18 @@ static void test_capture_register_served_by_other_graph_pool(void **state)
     void *p;
     (void)state;
     gfx_open(&x);
-    mine = new_gp(&x.f.t);
-    begin(&x.f.t, x.gp, x.cs); /* served by x.gp */
+    mine = tgp_create(&x.f.t);
+    tcapture_begin(&x.f.t, x.gp, x.cs); /* served by x.gp */
     before = tsnap(x.f.t.pool);
-    snprintf(want, sizeof want, "is already served by graph pool g%u", gstats(x.gp).id);
+    snprintf(want, sizeof want, "is already served by graph pool g%u", tgp_stats(x.gp).id);
     EXPECT(vpmm_capture_register(x.f.t.pool, mine, x.cs), VPMM_ERROR_WRONG_POOL, want);
-    assert_int_equal(gstats(mine).captures, 0);
-    assert_int_equal(gstats(x.gp).captures, 1);
+    assert_int_equal(tgp_stats(mine).captures, 0);
+    assert_int_equal(tgp_stats(x.gp).captures, 1);
     assert_unchanged_and_works(&x.f.t, &before);
     p = tmalloc(x.f.t.pool, 4096, x.cs); /* still served by x.gp */
-    assert_int_equal(region_of(x.f.t.pool, p).pool, gstats(x.gp).id);
+    assert_int_equal(tregion_of(x.f.t.pool, p).pool, tgp_stats(x.gp).id);
     tfree(x.f.t.pool, p);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     /* A capture begun outside vpmm that already allocated: its first malloc gave it a graph pool
      * of its own, so registering it afterwards is too late. */
     {
@@ -1202,11 +1126,11 @@ static void test_capture_register_served_by_other_graph_pool(void **state)
         vpmm_region_info_t r;
         assert_int_equal(vpmm_host_begin_capture(x.f.t.host, x.f.s, &id), VPMM_DRV_OK);
         p = tmalloc(x.f.t.pool, 4096, x.f.s);
-        r = region_of(x.f.t.pool, p);
+        r = tregion_of(x.f.t.pool, p);
         before = tsnap(x.f.t.pool);
         snprintf(want, sizeof want, "is already served by graph pool g%u", r.pool);
         EXPECT(vpmm_capture_register(x.f.t.pool, mine, x.f.s), VPMM_ERROR_WRONG_POOL, want);
-        assert_int_equal(gstats(mine).captures, 0);
+        assert_int_equal(tgp_stats(mine).captures, 0);
         assert_unchanged_and_works(&x.f.t, &before);
         tfree(x.f.t.pool, p);
         assert_int_equal(vpmm_host_end_capture(x.f.t.host, x.f.s), VPMM_DRV_OK);
@@ -1227,7 +1151,7 @@ static void test_capture_register_not_capturing(void **state)
     assert_error_mentions("is not being captured");
     EXPECT(vpmm_capture_register(x.f.t.pool, x.gp, NULL), VPMM_ERROR_NOT_CAPTURING,
            "is not being captured");
-    assert_int_equal(gstats(x.gp).captures, 0);
+    assert_int_equal(tgp_stats(x.gp).captures, 0);
     assert_unchanged_and_works(&x.f.t, &before);
     gfx_close(&x);
 }
@@ -1266,12 +1190,12 @@ static void test_graph_pool_release_more_than_retained(void **state)
     assert_int_equal(vpmm_graph_pool_retain(x.gp), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(x.gp), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(x.gp), VPMM_SUCCESS); /* G1 keeps it alive */
-    assert_int_equal(gstats(x.gp).graphs, 1);
+    assert_int_equal(tgp_stats(x.gp).graphs, 1);
     before = tsnap(x.f.t.pool);
     snprintf(want, sizeof want, "vpmm_graph_pool_release: graph pool g%u has no handle reference",
-             gstats(x.gp).id);
+             tgp_stats(x.gp).id);
     EXPECT(vpmm_graph_pool_release(x.gp), VPMM_ERROR_INVALID_ARGUMENT, want);
-    assert_int_equal(gstats(x.gp).graphs, 1);
+    assert_int_equal(tgp_stats(x.gp).graphs, 1);
     assert_unchanged_and_works(&x.f.t, &before);
     /* Take a handle again for gfx_close's release. */
     assert_int_equal(vpmm_graph_pool_retain(x.gp), VPMM_SUCCESS);
@@ -1287,15 +1211,15 @@ static void test_checkpoint_take_during_capture(void **state)
     vpmm_checkpoint_t *ck = (vpmm_checkpoint_t *)1;
     (void)state;
     gfx_open(&x);
-    begin(&x.f.t, x.gp, x.cs);
+    tcapture_begin(&x.f.t, x.gp, x.cs);
     before = tsnap(x.f.t.pool);
     EXPECT(vpmm_checkpoint_take(x.gp, &ck), VPMM_ERROR_STREAM_CAPTURING,
            "vpmm_checkpoint_take: graph pool g");
     assert_error_mentions("is being captured into");
     assert_null(ck);
-    assert_int_equal(capture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, x.cs, NULL), VPMM_CAPTURE_ACTIVE);
     assert_unchanged_and_works(&x.f.t, &before);
-    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, end(&x.f.t, x.cs)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(x.f.t.pool, tcapture_end(&x.f.t, x.cs)), VPMM_SUCCESS);
     gfx_close(&x);
 }
 
@@ -1309,12 +1233,12 @@ static void test_checkpoint_reapply_other_graph_pool(void **state)
     (void)state;
     gfx_open(&x);
     tpool_open(&other, &small_va);
-    mine = new_gp(&x.f.t);
-    theirs = new_gp(&other);
+    mine = tgp_create(&x.f.t);
+    theirs = tgp_create(&other);
     before = tsnap(x.f.t.pool);
     other_before = tsnap(other.pool);
-    snprintf(want, sizeof want, "the checkpoint is of graph pool g%u, not g%u", gstats(x.gp).id,
-             gstats(mine).id);
+    snprintf(want, sizeof want, "the checkpoint is of graph pool g%u, not g%u", tgp_stats(x.gp).id,
+             tgp_stats(mine).id);
     EXPECT(vpmm_checkpoint_reapply(mine, x.ck, NULL, 0), VPMM_ERROR_WRONG_POOL, want);
     /* A graph pool of another pool: ids are unique in the process, so the same. */
     EXPECT(vpmm_checkpoint_reapply(theirs, x.ck, NULL, 0), VPMM_ERROR_WRONG_POOL,
@@ -1348,7 +1272,7 @@ static void test_checkpoint_reapply_during_capture(void **state)
     assert_error_mentions("is being captured into");
     EXPECT(vpmm_checkpoint_reapply(x.gp, x.ck, &x.out, 1), VPMM_ERROR_STREAM_CAPTURING,
            "is being captured into");
-    assert_int_equal(capture_status(&x.f.t, s2, NULL), VPMM_CAPTURE_ACTIVE);
+    assert_int_equal(tcapture_status(&x.f.t, s2, NULL), VPMM_CAPTURE_ACTIVE);
     assert_unchanged_and_works(&x.f.t, &before);
     tfree(x.f.t.pool, p);
     assert_int_equal(vpmm_host_end_capture(x.f.t.host, s2), VPMM_DRV_OK);
@@ -1363,9 +1287,9 @@ static void test_checkpoint_reapply_dead_not_in_checkpoint(void **state)
     void *later;
     (void)state;
     gfx_open(&x);
-    begin(&x.f.t, x.gp, x.cs);
+    tcapture_begin(&x.f.t, x.gp, x.cs);
     later = tmalloc(x.f.t.pool, 4096, x.cs); /* an allocation of the graph pool, made after */
-    g2 = end(&x.f.t, x.cs);
+    g2 = tcapture_end(&x.f.t, x.cs);
     before = tsnap(x.f.t.pool);
     {
         void *interior[] = { (char *)x.out + 256 };
@@ -1419,17 +1343,17 @@ static void test_checkpoint_reapply_conflict(void **state)
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .va_size = 4 * GiB, .memory_limit = 16 * MiB });
     s = vpmm_host_stream_create(t.host);
-    gp = new_gp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     keep = tmalloc(t.pool, 1 * MiB, s);
     a = tmalloc(t.pool, 8 * MiB, s);
-    g = end(&t, s);
-    assert_int_equal(vpmm_checkpoint_take(gp, &ck), VPMM_SUCCESS);
+    g = tcapture_end(&t, s);
+    ck = tcheckpoint_take(gp);
     /* a is freed, the graph dies, and the shared pool takes a's pages from the idle graph pool. */
     tfree(t.pool, a);
     assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
     big = tmalloc(t.pool, 14 * MiB, NULL);
-    assert_true(gstats(gp).mapped_bytes < 8 * MiB);
+    assert_true(tgp_stats(gp).mapped_bytes < 8 * MiB);
     before = tsnap(t.pool);
     EXPECT(vpmm_checkpoint_reapply(gp, ck, NULL, 0), VPMM_ERROR_CHECKPOINT_CONFLICT,
            "vpmm_checkpoint_reapply: the checkpoint's allocation at");
@@ -1473,12 +1397,12 @@ static void test_destroy_live_graph_pool_handle(void **state)
     tsnap_t before;
     (void)state;
     tpool_open(&t, &small_va);
-    gp = new_gp(&t);
+    gp = tgp_create(&t);
     before = tsnap(t.pool);
     EXPECT(vpmm_pool_destroy(t.pool), VPMM_ERROR_POOL_BUSY,
            "vpmm_pool_destroy: 1 graph pool(s) still alive (1 handle reference(s) not released, "
            "0 graph(s) not destroyed)");
-    assert_int_equal(gstats(gp).graphs, 0);
+    assert_int_equal(tgp_stats(gp).graphs, 0);
     assert_unchanged_and_works(&t, &before);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t); /* destroy works now */
@@ -1494,10 +1418,10 @@ static void test_destroy_live_graph(void **state)
     (void)state;
     tpool_open(&t, &small_va);
     s = vpmm_host_stream_create(t.host);
-    gp = new_gp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     tfree(t.pool, tmalloc(t.pool, 4096, s));
-    g = end(&t, s);
+    g = tcapture_end(&t, s);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS); /* only the graph holds it */
     before = tsnap(t.pool);
     /* It waits up to 0.5 s for CUDA's destructors, then refuses. */
@@ -1520,17 +1444,17 @@ static void test_destroy_during_capture(void **state)
     (void)state;
     tpool_open(&t, &small_va);
     s = vpmm_host_stream_create(t.host);
-    gp = new_gp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     p = tmalloc(t.pool, 4096, s);
     before = tsnap(t.pool);
     EXPECT(vpmm_pool_destroy(t.pool), VPMM_ERROR_POOL_BUSY,
            "vpmm_pool_destroy: stream 0x"); /* "... is being captured into graph pool gN" */
-    assert_int_equal(capture_status(&t, s, NULL), VPMM_CAPTURE_ACTIVE); /* undisturbed */
-    assert_int_equal(gstats(gp).captures, 1);
+    assert_int_equal(tcapture_status(&t, s, NULL), VPMM_CAPTURE_ACTIVE); /* undisturbed */
+    assert_int_equal(tgp_stats(gp).captures, 1);
     assert_unchanged_and_works(&t, &before);
     tfree(t.pool, p);
-    assert_int_equal(vpmm_graph_destroy(t.pool, end(&t, s)), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(t.pool, tcapture_end(&t, s)), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t); /* destroy works now */
 }
@@ -1552,7 +1476,7 @@ static void test_stream_release_legacy_during_capture(void **state)
     gfx_open(&x);
     tfree(x.f.t.pool, tmalloc(x.f.t.pool, 5000, NULL)); /* cached on the legacy stream */
     cs = vpmm_host_stream_create(x.f.t.host);
-    begin(&x.f.t, x.gp, cs);
+    tcapture_begin(&x.f.t, x.gp, cs);
     before = tsnap(x.f.t.pool);
     EXPECT(vpmm_stream_release(x.f.t.pool, NULL), VPMM_ERROR_STREAM_CAPTURING,
            "cannot be recorded while a capture is in progress");
@@ -1561,7 +1485,7 @@ static void test_stream_release_legacy_during_capture(void **state)
         tsnap_t after = tsnap(x.f.t.pool);
         assert_snap_equal(&before, &after);
     }
-    g = end(&x.f.t, cs);
+    g = tcapture_end(&x.f.t, cs);
     EXPECT(vpmm_stream_release(x.f.t.pool, NULL), VPMM_SUCCESS, NULL); /* after the capture */
     assert_int_equal(vpmm_graph_destroy(x.f.t.pool, g), VPMM_SUCCESS);
     gfx_close(&x);
@@ -1955,11 +1879,11 @@ static void test_stream_release_during_capture(void **state)
     void *a = NULL, *b, *tmp;
     (void)state;
     tpool_open(&t, &small_va);
-    gp = new_gp(&t);
+    gp = tgp_create(&t);
     for (int k = 0; k < 2; k++) {
         tsnap_t before, after;
         s[k] = vpmm_host_stream_create(t.host);
-        begin(&t, gp, s[k]);
+        tcapture_begin(&t, gp, s[k]);
         if (k == 0)
             a = tmalloc(t.pool, 4096, s[k]); /* k == 0: the stream has a live allocation */
         tmp = tmalloc(t.pool, 8192, s[k]);
@@ -1970,13 +1894,13 @@ static void test_stream_release_during_capture(void **state)
         after = tsnap(t.pool);
         assert_snap_equal(&before, &after);
         CHECK_POOL(t.pool);
-        assert_false(region_of(t.pool, tmp).ready); /* still for this capture's stream only */
-        assert_int_equal(gstats(gp).captures, 1);   /* the capture goes on */
+        assert_false(tregion_of(t.pool, tmp).ready); /* still for this capture's stream only */
+        assert_int_equal(tgp_stats(gp).captures, 1); /* the capture goes on */
         b = tmalloc(t.pool, 4096, s[k]);
         assert_int_equal(vpmm_capture_graph_pool(t.pool, s[k], &served), VPMM_SUCCESS);
         assert_ptr_equal(served, gp); /* still served by the graph pool it was begun with */
         tfree(t.pool, b);
-        g = end(&t, s[k]);
+        g = tcapture_end(&t, s[k]);
         assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
         assert_int_equal(vpmm_graph_pool_release(served), VPMM_SUCCESS);
         assert_int_equal(vpmm_stream_release(t.pool, s[k]), VPMM_SUCCESS); /* after the end */
@@ -2003,16 +1927,17 @@ static void test_destroy_during_handleless_capture(void **state)
     (void)state;
     tpool_open(&t, &small_va);
     s = vpmm_host_stream_create(t.host);
-    begin(&t, NULL, s); /* its graph pool has no handle: only the capture's graph holds it */
+    tcapture_begin(&t, NULL,
+                   s); /* its graph pool has no handle: only the capture's graph holds it */
     p = tmalloc(t.pool, 4096, s);
     before = tsnap(t.pool);
     EXPECT(vpmm_pool_destroy(t.pool), VPMM_ERROR_POOL_BUSY, "is being captured into graph pool");
     after = tsnap(t.pool);
     assert_snap_equal(&before, &after);
-    assert_int_equal(capture_status(&t, s, NULL), VPMM_CAPTURE_ACTIVE); /* undisturbed */
+    assert_int_equal(tcapture_status(&t, s, NULL), VPMM_CAPTURE_ACTIVE); /* undisturbed */
     CHECK_POOL(t.pool);
     tfree(t.pool, p);
-    g = end(&t, s);
+    g = tcapture_end(&t, s);
     assert_non_null(g);
     assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
     tpool_close(&t);
@@ -2035,12 +1960,12 @@ static void test_checkpoint_conflict_released_stream(void **state)
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .va_size = 4 * GiB, .memory_limit = 16 * MiB });
     s = vpmm_host_stream_create(t.host);
-    gp = new_gp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     keep = tmalloc(t.pool, 1 * MiB, s);
     a = tmalloc(t.pool, 8 * MiB, s);
-    g = end(&t, s);
-    assert_int_equal(vpmm_checkpoint_take(gp, &ck), VPMM_SUCCESS);
+    g = tcapture_end(&t, s);
+    ck = tcheckpoint_take(gp);
     tfree(t.pool, a);
     tfree(t.pool, keep);
     assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "graph_test_util.h"
 
 typedef struct ctx {
     tpool_t t;
@@ -54,13 +54,13 @@ static vpmm_status_t step_malloc(ctx_t *c, size_t size)
 
 static void prefix_graph_pool(ctx_t *c)
 {
-    assert_int_equal(vpmm_graph_pool_create(c->t.pool, &c->gp), VPMM_SUCCESS);
+    c->gp = tgp_create(&c->t);
 }
 
 static void prefix_begun(ctx_t *c)
 {
     prefix_graph_pool(c);
-    assert_int_equal(vpmm_capture_begin(c->t.pool, c->gp, c->s, 0), VPMM_SUCCESS);
+    tcapture_begin(&c->t, c->gp, c->s);
     c->capturing = 1;
 }
 
@@ -126,7 +126,7 @@ static vpmm_status_t step_end(ctx_t *c)
     vpmm_status_t st = vpmm_capture_end(c->t.pool, c->s, &g);
     if (st == VPMM_SUCCESS) {
         c->capturing = 0;
-        assert_int_equal(vpmm_host_graph_destroy(c->t.host, g), VPMM_DRV_OK);
+        tgraph_destroy(&c->t, g);
     } else {
         assert_null(g);
     }
@@ -173,8 +173,8 @@ static void cleanup(ctx_t *c)
         vpmm_graph_t g = NULL;
         /* An external capture's graph pool must be held across its end to free its memory. */
         assert_int_equal(vpmm_capture_graph_pool(c->t.pool, c->s, &cap_gp), VPMM_SUCCESS);
-        assert_int_equal(vpmm_capture_end(c->t.pool, c->s, &g), VPMM_SUCCESS);
-        assert_int_equal(vpmm_host_graph_destroy(c->t.host, g), VPMM_DRV_OK);
+        g = tcapture_end(&c->t, c->s);
+        tgraph_destroy(&c->t, g);
     }
     while (c->nlive)
         tfree(c->t.pool, c->live[--c->nlive]);
@@ -305,7 +305,7 @@ static void test_dead_capture_unseen_by_a_failed_query(void **state)
     memset(&c, 0, sizeof c);
     tpool_open(&c.t, NULL);
     c.s = vpmm_host_stream_create(c.t.host);
-    assert_int_equal(vpmm_capture_begin(c.t.pool, NULL, c.s, 0), VPMM_SUCCESS);
+    tcapture_begin(&c.t, NULL, c.s);
     p = tmalloc(c.t.pool, 3000, c.s);
     tfree(c.t.pool, p);
     assert_int_equal(tstats(c.t.pool).graph_pools, 1);

@@ -123,6 +123,32 @@ size_t toff(vpmm_pool_t *pool, void *ptr)
     return (size_t)((uintptr_t)ptr - first_base);
 }
 
+typedef struct find_q {
+    uintptr_t addr;
+    vpmm_region_info_t info;
+    int found;
+} find_q_t;
+
+static int find_visit(const vpmm_region_info_t *r, void *user)
+{
+    find_q_t *q = user;
+    if (q->addr >= r->addr && q->addr - r->addr < r->size) {
+        q->info = *r;
+        q->found = 1;
+        return 1;
+    }
+    return 0;
+}
+
+vpmm_region_info_t tregion_of(vpmm_pool_t *pool, const void *ptr)
+{
+    find_q_t q = { (uintptr_t)ptr, { 0 }, 0 };
+    assert_int_equal(vpmm_pool_walk(pool, find_visit, &q), VPMM_SUCCESS);
+    if (!q.found)
+        fail_msg("%p is in no region of the pool", ptr);
+    return q.info;
+}
+
 static int hash_region(const vpmm_region_info_t *r, void *user)
 {
     tsnap_t *s = user;

@@ -91,6 +91,9 @@ vpmm_stats_t tstats(vpmm_pool_t *pool);
 /* Offset of an address from the first chunk's base (in bytes). */
 size_t toff(vpmm_pool_t *pool, void *ptr);
 
+/* The region holding ptr, from the public walk (asserts there is one). */
+vpmm_region_info_t tregion_of(vpmm_pool_t *pool, const void *ptr);
+
 /* A small deterministic PRNG (xorshift64*), so every random test is reproducible from its seed. */
 typedef struct trng {
     uint64_t s;
