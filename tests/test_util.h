@@ -4,7 +4,8 @@
  * A test pool runs on the host backend wrapped in the fault decorator, so every test can drive
  * streams (vpmm_host_*), count driver calls and inject failures (vpmm_fault_*), and assert after
  * every mutation that the pool's invariants hold (CHECK_POOL). tpool_close destroys the pool and
- * asserts that no handle, mapping, reservation or event is left behind.
+ * asserts that no handle, mapping, reservation or event is left behind. Random numbers: the one
+ * seeded generator of test_rng.h, included here; graph pools and captures: graph_test_util.h.
  */
 #ifndef VPMM_TEST_UTIL_H
 #define VPMM_TEST_UTIL_H
@@ -19,6 +20,7 @@
 #include "driver_fault.h"
 #include "driver_host.h"
 #include "pool.h"
+#include "test_rng.h"
 #include "vpmm.h"
 
 #define KiB ((size_t)1 << 10)
@@ -93,21 +95,5 @@ size_t toff(vpmm_pool_t *pool, void *ptr);
 
 /* The region holding ptr, from the public walk (asserts there is one). */
 vpmm_region_info_t tregion_of(vpmm_pool_t *pool, const void *ptr);
-
-/* A small deterministic PRNG (xorshift64*), so every random test is reproducible from its seed. */
-typedef struct trng {
-    uint64_t s;
-} trng_t;
-static inline uint64_t trng_next(trng_t *r)
-{
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545F4914F6CDD1DULL;
-}
-static inline uint64_t trng_below(trng_t *r, uint64_t n)
-{
-    return trng_next(r) % n;
-}
 
 #endif /* VPMM_TEST_UTIL_H */
