@@ -96,4 +96,19 @@ size_t toff(vpmm_pool_t *pool, void *ptr);
 /* The region holding ptr, from the public walk (asserts there is one). */
 vpmm_region_info_t tregion_of(vpmm_pool_t *pool, const void *ptr);
 
+/*
+ * Fault sweeps (test_faults.c, test_graph_faults.c): a step runs again and again on a fresh pool,
+ * failing its 1st, 2nd, 3rd ... driver call, until a run makes no call that could be failed.
+ * run(scenario, k, result) makes the run that fails call k with result, and returns whether a
+ * failure was injected (tfault_settle). The entry points failed are tallied for the process;
+ * tfault_assert_covered prints the tally and fails for each entry of used[] never failed.
+ */
+typedef int (*tfault_run_t)(const void *scenario, uint64_t k, vpmm_dres_t result);
+void tfault_sweep(const char *name, tfault_run_t run, const void *scenario, vpmm_dres_t result);
+/* After the step: whether a failure was injected (then its entry is tallied); clears the faults. */
+int tfault_settle(vpmm_driver_t *fault);
+/* Tallies a failure of the entry named call (vpmm_drv_entry_name) made outside a sweep. */
+void tfault_note(const char *call);
+void tfault_assert_covered(const vpmm_drv_entry_t *used, size_t n);
+
 #endif /* VPMM_TEST_UTIL_H */
