@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "graph_test_util.h"
 
 #define PG (2 * MiB) /* the test pools' page size */
 
@@ -96,14 +96,10 @@ static void poll_all(tpool_t *t)
     CHECK_POOL(t->pool);
 }
 
-/* Driver calls a capture forbids or that would stall it. */
+/* Driver calls a capture forbids or that would stall it, event creation included. */
 static uint64_t forbidden_calls(const tpool_t *t)
 {
-    return vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_CREATE) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_QUERY) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_RECORD) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_STREAM_WAIT_EVENT) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_SYNCHRONIZE);
+    return tcapture_forbidden_calls(t) + vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_CREATE);
 }
 
 static vpmm_chunk_t *shared_chunk(tpool_t *t)
@@ -115,53 +111,15 @@ static vpmm_chunk_t *shared_chunk(tpool_t *t)
     return NULL;
 }
 
-static vpmm_graph_pool_stats_t gstats(const vpmm_graph_pool_t *gp)
-{
-    vpmm_graph_pool_stats_t s;
-    assert_int_equal(vpmm_graph_pool_stats(gp, &s), VPMM_SUCCESS);
-    return s;
-}
-
-static vpmm_graph_pool_t *gp_new(tpool_t *t)
-{
-    vpmm_graph_pool_t *gp = NULL;
-    assert_int_equal(vpmm_graph_pool_create(t->pool, &gp), VPMM_SUCCESS);
-    CHECK_POOL(t->pool);
-    return gp;
-}
-
 /* The private arena behind a graph pool (listed under its id). */
 static vpmm_arena_t *gp_arena(tpool_t *t, const vpmm_graph_pool_t *gp)
 {
-    unsigned id = gstats(gp).id;
+    unsigned id = tgp_stats(gp).id;
     for (vpmm_arena_t *a = t->pool->privates; a; a = a->next)
         if (a->id == id)
             return a;
     fail_msg("graph pool g%u has no arena", id);
     return NULL;
-}
-
-/* A capture begun on the host (as by a framework) and registered into gp. */
-static void capture_on(tpool_t *t, vpmm_graph_pool_t *gp, vpmm_stream_t s)
-{
-    uint64_t id;
-    assert_int_equal(vpmm_host_begin_capture(t->host, s, &id), VPMM_DRV_OK);
-    assert_int_equal(vpmm_capture_register(t->pool, gp, s), VPMM_SUCCESS);
-    CHECK_POOL(t->pool);
-}
-
-static vpmm_graph_t capture_end(tpool_t *t, vpmm_stream_t s)
-{
-    vpmm_graph_t g = NULL;
-    assert_int_equal(vpmm_capture_end(t->pool, s, &g), VPMM_SUCCESS);
-    assert_non_null(g);
-    CHECK_POOL(t->pool);
-    return g;
-}
-
-static void graph_destroy(tpool_t *t, vpmm_graph_t g)
-{
-    assert_int_equal(vpmm_host_graph_destroy(t->host, g), VPMM_DRV_OK);
 }
 
 /* ---- life ---------------------------------------------------------------------------------- */
@@ -594,17 +552,17 @@ static void test_capture_pending_frees(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     ss = strm(&t, s);
-    gp = gp_new(&t);
+    gp = tgp_create(&t);
     a = gp_arena(&t, gp);
 
-    capture_on(&t, gp, s);
+    tcapture_register(&t, gp, s);
     assert_int_equal(vpmm_i_arena_captures(a), 1);
     A = tmalloc(t.pool, 512 * KiB, s);
     B = tmalloc(t.pool, 512 * KiB, s);
     C = tmalloc(t.pool, 512 * KiB, s); /* [A][B][C][ready 512 KiB] in one page */
     assert_ptr_equal(vpmm_i_arena_of(region_at(&t, A)), a);
     assert_int_equal((uintptr_t)C, (uintptr_t)A + 1 * MiB);
-    g1 = capture_end(&t, s);
+    g1 = tcapture_end(&t, s);
     assert_int_equal(vpmm_i_arena_captures(a), 0);
 
     /* Outside a capture, a free is stream-ordered (s's work still reads A). */
@@ -615,7 +573,7 @@ static void test_capture_pending_frees(void **state)
     assert_int_equal(ra->seq, ss->recorded);
 
     /* During a capture into the arena, a free waits for the capture's end. */
-    capture_on(&t, gp, s);
+    tcapture_register(&t, gp, s);
     tfree(t.pool, B);
     rb = region_at(&t, B);
     assert_int_equal(rb->state, VPMM_REGION_FREE);
@@ -638,7 +596,7 @@ static void test_capture_pending_frees(void **state)
     tfree(t.pool, D);
     assert_int_equal(a->capture_pending, 1);
 
-    g2 = capture_end(&t, s); /* vpmm_i_arena_capture_ended: ready and coalesced */
+    g2 = tcapture_end(&t, s); /* vpmm_i_arena_capture_ended: ready and coalesced */
     assert_int_equal(a->capture_pending, 0);
     rb = region_at(&t, B);
     assert_int_equal(rb->addr, (uintptr_t)B);
@@ -655,8 +613,8 @@ static void test_capture_pending_frees(void **state)
     ra = region_at(&t, A);
     assert_true(ra->ready);
     assert_int_equal(ra->size, 2 * MiB);
-    graph_destroy(&t, g1);
-    graph_destroy(&t, g2);
+    tgraph_destroy(&t, g1);
+    tgraph_destroy(&t, g2);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     CHECK_POOL(t.pool);
     assert_int_equal(tstats(t.pool).graph_pools, 0);
@@ -676,16 +634,16 @@ static void test_capture_pending_until_last_capture_ends(void **state)
     tpool_open(&t, NULL);
     s1 = vpmm_host_stream_create(t.host);
     s2 = vpmm_host_stream_create(t.host);
-    gp = gp_new(&t);
+    gp = tgp_create(&t);
     a = gp_arena(&t, gp);
-    capture_on(&t, gp, s1);
-    capture_on(&t, gp, s2);
+    tcapture_register(&t, gp, s1);
+    tcapture_register(&t, gp, s2);
     assert_int_equal(vpmm_i_arena_captures(a), 2);
     x = tmalloc(t.pool, 1 * MiB, s1);
     y = tmalloc(t.pool, 1 * MiB, s2);
     tfree(t.pool, x);
     assert_true(region_at(&t, x)->seq == VPMM_SEQ_CAPTURE);
-    g1 = capture_end(&t, s1);
+    g1 = tcapture_end(&t, s1);
     /* s2's capture goes on: x is still s1's only (I8 allows it while a capture runs). */
     assert_int_equal(vpmm_i_arena_captures(a), 1);
     r = region_at(&t, x);
@@ -694,14 +652,14 @@ static void test_capture_pending_until_last_capture_ends(void **state)
     assert_int_equal(a->capture_pending, 1);
     z = tmalloc(t.pool, 1 * MiB, s2);
     assert_ptr_not_equal(z, x);
-    g2 = capture_end(&t, s2);
+    g2 = tcapture_end(&t, s2);
     r = region_at(&t, x);
     assert_true(r->ready);
     assert_int_equal(a->capture_pending, 0);
     tfree(t.pool, y);
     tfree(t.pool, z);
-    graph_destroy(&t, g1);
-    graph_destroy(&t, g2);
+    tgraph_destroy(&t, g1);
+    tgraph_destroy(&t, g2);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
@@ -721,14 +679,14 @@ static void test_free_while_capturing_into_another_arena(void **state)
     s = vpmm_host_stream_create(t.host);
     s2 = vpmm_host_stream_create(t.host);
     ss = strm(&t, s);
-    gp1 = gp_new(&t);
-    gp2 = gp_new(&t);
+    gp1 = tgp_create(&t);
+    gp2 = tgp_create(&t);
     a1 = gp_arena(&t, gp1);
-    capture_on(&t, gp1, s);
+    tcapture_register(&t, gp1, s);
     x = tmalloc(t.pool, 1 * MiB, s);
-    g1 = capture_end(&t, s);
-    capture_on(&t, gp1, s2); /* gp1 is being captured into, but not by s */
-    capture_on(&t, gp2, s);
+    g1 = tcapture_end(&t, s);
+    tcapture_register(&t, gp1, s2); /* gp1 is being captured into, but not by s */
+    tcapture_register(&t, gp2, s);
     tfree(t.pool, x);
     r = region_at(&t, x);
     assert_ptr_equal(vpmm_i_arena_of(r), a1);
@@ -737,13 +695,13 @@ static void test_free_while_capturing_into_another_arena(void **state)
     assert_int_equal(r->seq, ss->recorded); /* its marker, not gp1's capture */
     assert_int_equal(a1->capture_pending, 0);
     assert_int_equal(ss->dirty_regions, 1);
-    g3 = capture_end(&t, s);
-    g2 = capture_end(&t, s2);
+    g3 = tcapture_end(&t, s);
+    g2 = tcapture_end(&t, s2);
     poll_all(&t); /* s is no longer captured: its marker is recorded and done */
     assert_true(region_at(&t, x)->ready);
-    graph_destroy(&t, g1);
-    graph_destroy(&t, g2);
-    graph_destroy(&t, g3);
+    tgraph_destroy(&t, g1);
+    tgraph_destroy(&t, g2);
+    tgraph_destroy(&t, g3);
     assert_int_equal(vpmm_graph_pool_release(gp1), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp2), VPMM_SUCCESS);
     tpool_close(&t);

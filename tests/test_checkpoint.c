@@ -12,38 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
-
-static vpmm_graph_pool_stats_t gstats(const vpmm_graph_pool_t *gp)
-{
-    vpmm_graph_pool_stats_t s;
-    assert_int_equal(vpmm_graph_pool_stats(gp, &s), VPMM_SUCCESS);
-    return s;
-}
-
-static void begin(tpool_t *t, vpmm_graph_pool_t *gp, vpmm_stream_t s)
-{
-    assert_int_equal(vpmm_capture_begin(t->pool, gp, s, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
-    CHECK_POOL(t->pool);
-}
-
-/* Ends the capture and destroys its graph (these tests replay nothing: the graph only pins). */
-static vpmm_graph_t end(tpool_t *t, vpmm_stream_t s)
-{
-    vpmm_graph_t g = NULL;
-    assert_int_equal(vpmm_capture_end(t->pool, s, &g), VPMM_SUCCESS);
-    assert_non_null(g);
-    CHECK_POOL(t->pool);
-    return g;
-}
-
-static vpmm_checkpoint_t *take(vpmm_graph_pool_t *gp)
-{
-    vpmm_checkpoint_t *ck = NULL;
-    assert_int_equal(vpmm_checkpoint_take(gp, &ck), VPMM_SUCCESS);
-    assert_non_null(ck);
-    return ck;
-}
+#include "graph_test_util.h"
 
 /* ---- the graph pool's allocations, from the public walk ------------------------------------ */
 
@@ -84,7 +53,7 @@ static void assert_state_is(tpool_t *t, vpmm_graph_pool_t *gp, const vpmm_checkp
     vpmm_checkpoint_alloc_t want[512];
     size_t n = vpmm_checkpoint_allocs(ck, want, 512), m = 0;
     memset(&q, 0, sizeof q);
-    q.pool = gstats(gp).id;
+    q.pool = tgp_stats(gp).id;
     assert_true(n <= 512);
     for (size_t i = 0; i < n; i++) {
         int is_dead = 0;
@@ -121,58 +90,58 @@ static void test_graph_tree(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    gp = tgp_create(&t);
 
     /* G1: a temporary and an output that stays live. */
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     tmp = tmalloc(t.pool, 3 * MiB, s);
     out1 = tmalloc(t.pool, 700 * KiB, s);
     x1 = tmalloc(t.pool, 5000, s);
     tfree(t.pool, tmp);
-    g1 = end(&t, s);
-    c1 = take(gp);
+    g1 = tcapture_end(&t, s);
+    c1 = tcheckpoint_take(gp);
     assert_int_equal(vpmm_checkpoint_info(c1, &info), VPMM_SUCCESS);
     assert_int_equal(info.allocs, 2);
     assert_int_equal(info.live_bytes, 700 * KiB + 5000);
-    assert_int_equal(info.graph_pool, gstats(gp).id);
-    assert_int_equal(info.mapped_bytes, gstats(gp).mapped_bytes);
+    assert_int_equal(info.graph_pool, tgp_stats(gp).id);
+    assert_int_equal(info.mapped_bytes, tgp_stats(gp).mapped_bytes);
     assert_int_equal(vpmm_checkpoint_allocs(c1, NULL, 0), 2);
     assert_int_equal(vpmm_checkpoint_allocs(c1, rec, 4), 2);
     assert_ptr_equal(rec[0].ptr < rec[1].ptr ? rec[0].ptr : rec[1].ptr, out1 < x1 ? out1 : x1);
 
     /* G2 (after G1): uses out1, frees x1, allocates more than the pool holds (it grows). */
     assert_int_equal(vpmm_graph_pool_reset_peak_stats(gp), VPMM_SUCCESS);
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     for (int i = 0; i < 4; i++)
         b2[i] = tmalloc(t.pool, 2 * MiB + (size_t)i * 4096, s);
     tfree(t.pool, x1);
     tfree(t.pool, b2[0]);
     tfree(t.pool, b2[2]);
-    g2 = end(&t, s);
-    peak2 = gstats(gp).peak_mapped_bytes;
-    mapped2 = gstats(gp).mapped_bytes;
+    g2 = tcapture_end(&t, s);
+    peak2 = tgp_stats(gp).peak_mapped_bytes;
+    mapped2 = tgp_stats(gp).mapped_bytes;
 
     /* Back to C1: out1 and x1 are live again; G2's allocations are gone, its pages free. */
     assert_int_equal(vpmm_checkpoint_reapply(gp, c1, NULL, 0), VPMM_SUCCESS);
     assert_state_is(&t, gp, c1, NULL, 0);
-    assert_int_equal(gstats(gp).mapped_bytes, mapped2); /* grown pages stay mapped, free */
-    assert_int_equal(gstats(gp).live_bytes, 700 * KiB + 5000);
+    assert_int_equal(tgp_stats(gp).mapped_bytes, mapped2); /* grown pages stay mapped, free */
+    assert_int_equal(tgp_stats(gp).live_bytes, 700 * KiB + 5000);
 
     /* G3, the alternative after G1, reuses G2's memory: no growth. */
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     for (int i = 0; i < 3; i++)
         b3[i] = tmalloc(t.pool, 2 * MiB, s);
-    g3 = end(&t, s);
-    assert_int_equal(gstats(gp).mapped_bytes, mapped2);
-    assert_true(gstats(gp).peak_mapped_bytes <= peak2);
+    g3 = tcapture_end(&t, s);
+    assert_int_equal(tgp_stats(gp).mapped_bytes, mapped2);
+    assert_true(tgp_stats(gp).peak_mapped_bytes <= peak2);
 
     for (int i = 0; i < 3; i++)
         tfree(t.pool, b3[i]);
     tfree(t.pool, out1);
     tfree(t.pool, x1);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g1), VPMM_DRV_OK);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g2), VPMM_DRV_OK);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g3), VPMM_DRV_OK);
+    tgraph_destroy(&t, g1);
+    tgraph_destroy(&t, g2);
+    tgraph_destroy(&t, g3);
     vpmm_checkpoint_destroy(c1);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -190,13 +159,13 @@ static void test_dead_allocations(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 1000, s);
     b = tmalloc(t.pool, 2000, s);
     c = tmalloc(t.pool, 3000, s);
-    g = end(&t, s);
-    ck = take(gp);
+    g = tcapture_end(&t, s);
+    ck = tcheckpoint_take(gp);
     tfree(t.pool, b);
     after = tmalloc(t.pool, 64, s); /* outside a capture: the shared pool's */
     before = tsnap(t.pool);
@@ -218,10 +187,10 @@ static void test_dead_allocations(void **state)
         assert_int_equal(vpmm_checkpoint_reapply(gp, ck, dead, 2), VPMM_SUCCESS);
         assert_state_is(&t, gp, ck, dead, 2);
     }
-    assert_int_equal(gstats(gp).live_allocs, 1); /* b, live again */
+    assert_int_equal(tgp_stats(gp).live_allocs, 1); /* b, live again */
     tfree(t.pool, b);
     tfree(t.pool, after);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g), VPMM_DRV_OK);
+    tgraph_destroy(&t, g);
     vpmm_checkpoint_destroy(ck);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -232,7 +201,7 @@ static size_t region_nodes(tpool_t *t, vpmm_graph_pool_t *gp, const void **out, 
 {
     size_t n = 0;
     for (const vpmm_chunk_t *c = t->pool->chunks; c; c = c->next)
-        if (c->arena->id == gstats(gp).id)
+        if (c->arena->id == tgp_stats(gp).id)
             for (const vpmm_region_t *r = c->first; r; r = r->next) {
                 assert_true(n < cap);
                 out[n++] = r;
@@ -255,14 +224,14 @@ static void test_double_reapply_changes_nothing(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     for (int i = 0; i < 8; i++)
         p[i] = tmalloc(t.pool, (size_t)(i + 1) * 300 * KiB, s);
     for (int i = 0; i < 8; i += 3)
         tfree(t.pool, p[i]);
-    g = end(&t, s);
-    ck = take(gp);
+    g = tcapture_end(&t, s);
+    ck = tcheckpoint_take(gp);
     a = tsnap(t.pool);
     c1 = region_nodes(&t, gp, n1, 64);
     calls = vpmm_fault_total_calls(t.fault);
@@ -279,7 +248,7 @@ static void test_double_reapply_changes_nothing(void **state)
     for (int i = 0; i < 8; i++)
         if (i % 3 != 0)
             tfree(t.pool, p[i]);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g), VPMM_DRV_OK);
+    tgraph_destroy(&t, g);
     vpmm_checkpoint_destroy(ck);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -297,13 +266,13 @@ static void test_refusals_change_nothing(void **state)
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .memory_limit = 16 * MiB });
     s = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &other), VPMM_SUCCESS);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    other = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     keep = tmalloc(t.pool, 1 * MiB, s);
     a = tmalloc(t.pool, 8 * MiB, s);
-    g = end(&t, s);
-    ck = take(gp);
+    g = tcapture_end(&t, s);
+    ck = tcheckpoint_take(gp);
     assert_int_equal(vpmm_checkpoint_take(NULL, &ck2), VPMM_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vpmm_checkpoint_take(gp, NULL), VPMM_ERROR_INVALID_ARGUMENT);
 
@@ -314,20 +283,20 @@ static void test_refusals_change_nothing(void **state)
     assert_snap_equal(&before, &now);
 
     /* During a capture into the graph pool. */
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     before = tsnap(t.pool);
     assert_int_equal(vpmm_checkpoint_reapply(gp, ck, NULL, 0), VPMM_ERROR_STREAM_CAPTURING);
     assert_int_equal(vpmm_checkpoint_take(gp, &ck2), VPMM_ERROR_STREAM_CAPTURING);
     assert_null(ck2);
     now = tsnap(t.pool);
     assert_snap_equal(&before, &now);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, end(&t, s)), VPMM_DRV_OK);
+    tgraph_destroy(&t, tcapture_end(&t, s));
 
     /* A conflict: a is freed, the graphs die, and the shared pool takes a's idle pages. */
     tfree(t.pool, a);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g), VPMM_DRV_OK);
+    tgraph_destroy(&t, g);
     big = tmalloc(t.pool, 14 * MiB, NULL);
-    assert_true(gstats(gp).mapped_bytes < 8 * MiB);
+    assert_true(tgp_stats(gp).mapped_bytes < 8 * MiB);
     before = tsnap(t.pool);
     assert_int_equal(vpmm_checkpoint_reapply(gp, ck, NULL, 0), VPMM_ERROR_CHECKPOINT_CONFLICT);
     now = tsnap(t.pool);
@@ -363,19 +332,19 @@ static void test_reapply_revives_remapped_pages(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     out = tmalloc(t.pool, 6 * MiB, s); /* G1's output: three pages */
-    g1 = end(&t, s);
-    c1 = take(gp);
+    g1 = tcapture_end(&t, s);
+    c1 = tcheckpoint_take(gp);
     memset(out, 0x3c, 6 * MiB);
 
     /* G2 consumes out, then needs 8 MiB: out's three pages are mapped again under it. */
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     tfree(t.pool, out);
     big = tmalloc(t.pool, 8 * MiB, s);
-    g2 = end(&t, s);
-    gs = gstats(gp);
+    g2 = tcapture_end(&t, s);
+    gs = tgp_stats(gp);
     assert_int_equal(gs.pages_remapped, 3);
     assert_int_equal(gs.pages_created, 4); /* 3 for G1, 1 more for G2 */
     assert_int_equal(gs.zombie_bytes, 6 * MiB);
@@ -384,25 +353,25 @@ static void test_reapply_revives_remapped_pages(void **state)
     assert_int_equal(big[8 * MiB - 1], 0x3c);
     memset(big, 0x5a, 8 * MiB);
     assert_int_equal(out[6 * MiB - 1], 0x5a); /* the old address still reaches them */
-    c2 = take(gp);
+    c2 = tcheckpoint_take(gp);
 
     /* Back to C1: out is live again where it was; big's first 6 MiB become the zombie. */
     assert_int_equal(vpmm_checkpoint_reapply(gp, c1, NULL, 0), VPMM_SUCCESS);
     assert_state_is(&t, gp, c1, NULL, 0);
-    gs = gstats(gp);
+    gs = tgp_stats(gp);
     assert_int_equal(gs.zombie_bytes, 6 * MiB);
     assert_int_equal(gs.mapped_bytes, 8 * MiB);
     assert_int_equal(out[0], 0x5a);
     /* And to C2 again. */
     assert_int_equal(vpmm_checkpoint_reapply(gp, c2, NULL, 0), VPMM_SUCCESS);
     assert_state_is(&t, gp, c2, NULL, 0);
-    assert_int_equal(gstats(gp).zombie_bytes, 6 * MiB);
+    assert_int_equal(tgp_stats(gp).zombie_bytes, 6 * MiB);
     /* Back to C1 with out dead: nothing to revive, nothing changes but big's end. */
     assert_int_equal(vpmm_checkpoint_reapply(gp, c1, (void **)&out, 1), VPMM_SUCCESS);
     assert_state_is(&t, gp, c1, (void **)&out, 1);
 
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g1), VPMM_DRV_OK);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g2), VPMM_DRV_OK);
+    tgraph_destroy(&t, g1);
+    tgraph_destroy(&t, g2);
     vpmm_checkpoint_destroy(c1);
     vpmm_checkpoint_destroy(c2);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
@@ -425,11 +394,11 @@ static void test_reapply_after_stream_released(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     o = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     x = tmalloc(t.pool, 1 * MiB, s);
-    g = end(&t, s);
-    ck = take(gp);
+    g = tcapture_end(&t, s);
+    ck = tcheckpoint_take(gp);
     tfree(t.pool, x);
     assert_int_equal(vpmm_stream_release(t.pool, s), VPMM_SUCCESS);
     y = tmalloc(t.pool, 2 * MiB, o); /* a slow path: the released record is freed */
@@ -437,7 +406,7 @@ static void test_reapply_after_stream_released(void **state)
     assert_state_is(&t, gp, ck, NULL, 0);
     tfree(t.pool, x);
     tfree(t.pool, y);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g), VPMM_DRV_OK);
+    tgraph_destroy(&t, g);
     vpmm_checkpoint_destroy(ck);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -463,7 +432,7 @@ static void test_random_trees(void **state)
     tpool_open(&t, NULL);
     s[0] = vpmm_host_stream_create(t.host);
     s[1] = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    gp = tgp_create(&t);
     for (int round = 0; round < 60; round++) {
         int k = (int)trng_below(&rng, RAND_CKS);
         vpmm_stream_t st = s[trng_below(&rng, 2)];
@@ -479,7 +448,7 @@ static void test_random_trees(void **state)
             assert_int_equal(vpmm_checkpoint_reapply(gp, cks[k], dead, nd), VPMM_SUCCESS);
             assert_state_is(&t, gp, cks[k], dead, nd);
         }
-        begin(&t, gp, st);
+        tcapture_begin(&t, gp, st);
         for (int i = 0; i < 24; i++) {
             if (nlive > 0 && trng_below(&rng, 3) == 0) {
                 size_t j = trng_below(&rng, nlive);
@@ -498,27 +467,27 @@ static void test_random_trees(void **state)
             live[j] = live[--nlive];
         }
         assert_true(ngraphs < 64);
-        graphs[ngraphs++] = end(&t, st);
+        graphs[ngraphs++] = tcapture_end(&t, st);
         if (trng_below(&rng, 2) == 0) {
             vpmm_checkpoint_destroy(cks[k]);
-            cks[k] = take(gp);
+            cks[k] = tcheckpoint_take(gp);
             assert_state_is(&t, gp, cks[k], NULL, 0);
         }
     }
     /* Clean up: reapply an empty state by listing every allocation as dead. */
     {
-        vpmm_checkpoint_t *now = take(gp);
+        vpmm_checkpoint_t *now = tcheckpoint_take(gp);
         vpmm_checkpoint_alloc_t al[512];
         void *dead[512];
         size_t n = vpmm_checkpoint_allocs(now, al, 512);
         for (size_t i = 0; i < n; i++)
             dead[i] = al[i].ptr;
         assert_int_equal(vpmm_checkpoint_reapply(gp, now, dead, n), VPMM_SUCCESS);
-        assert_int_equal(gstats(gp).live_allocs, 0);
+        assert_int_equal(tgp_stats(gp).live_allocs, 0);
         vpmm_checkpoint_destroy(now);
     }
     for (size_t i = 0; i < ngraphs; i++)
-        assert_int_equal(vpmm_host_graph_destroy(t.host, graphs[i]), VPMM_DRV_OK);
+        tgraph_destroy(&t, graphs[i]);
     for (int k = 0; k < RAND_CKS; k++)
         vpmm_checkpoint_destroy(cks[k]);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);

@@ -35,6 +35,7 @@
 #include <cuda_runtime_api.h>
 
 #include "driver.h"
+#include "test_rng.h"
 
 #define KiB ((size_t)1 << 10)
 #define GiB ((size_t)1 << 30)
@@ -207,13 +208,9 @@ static size_t gran(vpmm_driver_t *d)
 
 static void fill(unsigned char *buf, size_t n, unsigned seed)
 {
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        buf[i] = (unsigned char)x;
-    }
+    trng_t r = { tmix64(seed) | 1 }; /* never 0 */
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)(trng_next(&r) >> 56);
 }
 
 /* Writes a pattern through `dst` and checks it reads back the same through `src`. */

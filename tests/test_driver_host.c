@@ -13,6 +13,7 @@
  * access to it.
  */
 #include "driver_host_test_util.h"
+#include "test_rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -836,12 +837,10 @@ static void test_random_against_model(void **state)
     for (int i = 0; i < SLOTS; i++)
         at[i].handle = owner[i] = -1;
     size_t live_bytes = 0;
-    uint64_t rng = 88172645463325252ULL;
+    trng_t gen = { 88172645463325252ULL };
 
     for (int step = 0; step < STEPS; step++) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        uint64_t rng = trng_next(&gen);
         int op = (int)(rng % 5), hi = (int)((rng >> 8) % HANDLES);
         int slot = (int)((rng >> 16) % SLOTS);
         size_t len = 1 + (size_t)((rng >> 24) % 3), off = (size_t)((rng >> 32) % 3);

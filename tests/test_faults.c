@@ -240,15 +240,6 @@ static const scenario_t scenarios[] = {
 
 /* ---- the sweep ------------------------------------------------------------------------------ */
 
-static unsigned coverage[VPMM_DRV_ENTRY_COUNT];
-
-static void note_coverage(const char *call)
-{
-    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
-        if (call && strcmp(call, vpmm_drv_entry_name((vpmm_drv_entry_t)e)) == 0)
-            coverage[e]++;
-}
-
 static void open_ctx(ctx_t *c, const scenario_t *sc, vpmm_driver_t *fault)
 {
     memset(c, 0, sizeof *c);
@@ -269,8 +260,9 @@ static void cleanup(ctx_t *c)
 }
 
 /* One failure at call k of the step; returns whether a failure was injected at all. */
-static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
+static int run_once(const void *scenario, uint64_t k, vpmm_dres_t result)
 {
+    const scenario_t *sc = scenario;
     ctx_t c;
     vpmm_stats_t before, after;
     vpmm_status_t st;
@@ -283,10 +275,7 @@ static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
         assert_int_equal(vpmm_fault_wrap(host, &fault), VPMM_DRV_OK);
         vpmm_fault_fail_any_nth(fault, k, result);
         st = tpool_try_open(&c.t, &sc->params, fault);
-        injected = vpmm_fault_injected(fault) > 0;
-        if (injected)
-            note_coverage(fault->last_call);
-        vpmm_fault_clear(fault);
+        injected = tfault_settle(fault);
         if (st != VPMM_SUCCESS) {
             assert_null(c.t.pool);
             assert_no_driver_leaks(fault);
@@ -304,10 +293,7 @@ static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
     before = tstats(c.t.pool);
     vpmm_fault_fail_any_nth(c.t.fault, k, result);
     st = sc->step(&c);
-    injected = vpmm_fault_injected(c.t.fault) > 0;
-    if (injected)
-        note_coverage(c.t.fault->last_call);
-    vpmm_fault_clear(c.t.fault);
+    injected = tfault_settle(c.t.fault);
 
     if (sc->kind == STEP_DESTROY) {
         /* Each teardown call gets a second try, so one failure leaks nothing. */
@@ -338,26 +324,18 @@ static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
     return injected;
 }
 
-static void sweep(const scenario_t *sc, vpmm_dres_t result)
-{
-    uint64_t k = 1;
-    while (run_once(sc, k, result))
-        k++;
-    print_message("%-40s %3llu call sites failed in turn\n", sc->name, (unsigned long long)(k - 1));
-}
-
 static void test_sweep_errors(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
-        sweep(&scenarios[i], VPMM_DRV_ERROR);
+        tfault_sweep(scenarios[i].name, run_once, &scenarios[i], VPMM_DRV_ERROR);
 }
 
 static void test_sweep_out_of_memory(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
-        sweep(&scenarios[i], VPMM_DRV_OUT_OF_MEMORY);
+        tfault_sweep(scenarios[i].name, run_once, &scenarios[i], VPMM_DRV_OUT_OF_MEMORY);
 }
 
 /* Every entry point the core uses was failed at least once. */
@@ -371,12 +349,7 @@ static void test_coverage(void **state)
         VPMM_DRV_STREAM_WAIT_EVENT, VPMM_DRV_CAPTURE_INFO, VPMM_DRV_SYNCHRONIZE,
     };
     (void)state;
-    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
-        print_message("  %-32s failed %u times\n", vpmm_drv_entry_name((vpmm_drv_entry_t)e),
-                      coverage[e]);
-    for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
-        if (coverage[used[i]] == 0)
-            fail_msg("%s was never failed", vpmm_drv_entry_name(used[i]));
+    tfault_assert_covered(used, sizeof used / sizeof used[0]);
 }
 
 int main(void)

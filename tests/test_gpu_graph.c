@@ -30,7 +30,7 @@
 
 #include "gpu_kernels.h"
 #include "gpu_test_util.h"
-#include "test_util.h"
+#include "graph_test_util.h"
 
 #define VPMM_OK(expr)                                                                              \
     do {                                                                                           \
@@ -87,13 +87,6 @@ static float *alloc_f(vpmm_pool_t *pool, size_t n, cudaStream_t s)
 static void free_f(vpmm_pool_t *pool, float *p)
 {
     VPMM_OK(vpmm_free(pool, p));
-}
-
-static vpmm_graph_pool_stats_t gstats(const vpmm_graph_pool_t *gp)
-{
-    vpmm_graph_pool_stats_t s;
-    VPMM_OK(vpmm_graph_pool_stats(gp, &s));
-    return s;
 }
 
 /* Waits (up to 5 s) until no graph pool is alive: CUDA runs user-object destructors on its own
@@ -340,7 +333,7 @@ static void replay_inference(vpmm_pool_t *pool, int hard_defrag)
     VPMM_OK(vpmm_capture_end(pool, s, &g));
     CHECK_POOL(pool);
     VPMM_OK(vpmm_get_stats(pool, &st1));
-    g0 = gstats(gp);
+    g0 = tgp_stats(gp);
     /* The capture touched nothing of the shared pool's allocations. */
     assert_int_equal(st1.live_bytes - st1.private_live_bytes, st0.live_bytes);
     assert_int_equal(g0.live_allocs, 1);
@@ -374,7 +367,7 @@ static void replay_inference(vpmm_pool_t *pool, int hard_defrag)
             for (int i = 0; i < NB; i += 2)
                 free_f(pool, blk[i]);
             VPMM_OK(vpmm_get_stats(pool, &sa));
-            big_bytes = (sa.free_bytes - gstats(gp).free_bytes) / page * page; /* shared free */
+            big_bytes = (sa.free_bytes - tgp_stats(gp).free_bytes) / page * page; /* shared free */
             big = alloc_f(pool, big_bytes / sizeof(float), s2);
             GK_OK(gk_affine(big, big, big_bytes / sizeof(float), 1.0f, 0.0f, 0, s2));
             for (int i = 1; i < NB; i += 2)
@@ -393,7 +386,7 @@ static void replay_inference(vpmm_pool_t *pool, int hard_defrag)
         }
     }
     CUDA_OK(cudaDeviceSynchronize());
-    g1 = gstats(gp);
+    g1 = tgp_stats(gp);
     VPMM_OK(vpmm_get_stats(pool, &st1));
     print_message("[gpu-graph] %s: %d replays, %zu output mismatches, %.1f us per replay "
                   "(launch + sync); graph pool mapped %zu KiB (peak %zu KiB) for %zu KiB live; "
@@ -486,7 +479,7 @@ static void test_graph_tree(void **state)
     VPMM_OK(vpmm_checkpoint_reapply(gp, c1, NULL, 0)); /* out2 is not in c1: it is gone */
     CHECK_POOL(pool);
     out3 = capture_step(pool, gp, s, 3, out1, &g3);
-    tree = gstats(gp).mapped_bytes;
+    tree = tgp_stats(gp).mapped_bytes;
 
     /* Each branch alone (G1 then the branch, in a graph pool of its own): its peak. */
     VPMM_OK(vpmm_graph_pool_create(pool, &alone_a));
@@ -496,9 +489,9 @@ static void test_graph_tree(void **state)
         float *o1b = capture_step(pool, alone_b, s, 1, x, &b1);
         float *oa = capture_step(pool, alone_a, s, 2, o1a, &a2);
         float *ob = capture_step(pool, alone_b, s, 3, o1b, &b3);
-        peak_a = gstats(alone_a).peak_mapped_bytes;
-        peak_b = gstats(alone_b).peak_mapped_bytes;
-        live_max = VPMM_MAX(gstats(alone_a).peak_live_bytes, gstats(alone_b).peak_live_bytes);
+        peak_a = tgp_stats(alone_a).peak_mapped_bytes;
+        peak_b = tgp_stats(alone_b).peak_mapped_bytes;
+        live_max = VPMM_MAX(tgp_stats(alone_a).peak_live_bytes, tgp_stats(alone_b).peak_live_bytes);
         destroy(&a1);
         destroy(&a2);
         destroy(&b1);
@@ -519,7 +512,8 @@ static void test_graph_tree(void **state)
         o1 = capture_step(pool, p1, s, 1, x, &q1);
         o2 = capture_step(pool, p2, s, 2, o1, &q2);
         o3 = capture_step(pool, p3, s, 3, o1, &q3);
-        separate = gstats(p1).mapped_bytes + gstats(p2).mapped_bytes + gstats(p3).mapped_bytes;
+        separate =
+            tgp_stats(p1).mapped_bytes + tgp_stats(p2).mapped_bytes + tgp_stats(p3).mapped_bytes;
         destroy(&q1);
         destroy(&q2);
         destroy(&q3);
@@ -610,7 +604,7 @@ static void test_pages_return_to_shared_pool(void **state)
     VPMM_OK(vpmm_capture_end(pool, s, &g));
     instantiate(&c, g);
     CUDA_OK(cudaGraphLaunch(c.exec, s));
-    held = gstats(gp).mapped_bytes;
+    held = tgp_stats(gp).mapped_bytes;
     VPMM_OK(vpmm_graph_pool_release(gp));
     /* The graph lives: its memory must not be freed. */
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_ERROR_POOL_BUSY);
@@ -641,23 +635,6 @@ static void test_pages_return_to_shared_pool(void **state)
 }
 
 /* ---- 5: a capture begun outside vpmm, with a forked stream ----------------------------------- */
-
-static int pool_of_visit(const vpmm_region_info_t *r, void *user)
-{
-    uintptr_t *q = user; /* q[0]: address in, q[1]: pool out */
-    if (q[0] >= r->addr && q[0] - r->addr < r->size) {
-        q[1] = r->pool;
-        return 1;
-    }
-    return 0;
-}
-
-static unsigned pool_of(vpmm_pool_t *pool, const void *p)
-{
-    uintptr_t q[2] = { (uintptr_t)p, (uintptr_t)-1 };
-    VPMM_OK(vpmm_pool_walk(pool, pool_of_visit, q));
-    return (unsigned)q[1];
-}
 
 static void test_external_capture_with_fork(void **state)
 {
@@ -692,13 +669,13 @@ static void test_external_capture_with_fork(void **state)
     /* As torch.cuda.graph does: vpmm only sees allocations on capturing streams. */
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     y = alloc_f(pool, N_BIG, s);
-    gid = pool_of(pool, y);
+    gid = tregion_of(pool, y).pool;
     assert_true(gid != 0);
     GK_OK(gk_affine(y, x, N_BIG, 2.0f, 1.0f, 0, s));
     CUDA_OK(cudaEventRecord(fork, s));
     CUDA_OK(cudaStreamWaitEvent(s2, fork, 0));
     z = alloc_f(pool, N_BIG, s2); /* the forked stream: same capture, same graph pool */
-    assert_int_equal(pool_of(pool, z), gid);
+    assert_int_equal(tregion_of(pool, z).pool, gid);
     GK_OK(gk_affine(z, y, N_BIG, 0.5f, -1.0f, 1, s2));
     CUDA_OK(cudaEventRecord(join, s2));
     CUDA_OK(cudaStreamWaitEvent(s, join, 0));

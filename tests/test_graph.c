@@ -14,78 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
-
-/* The graph pool owning ptr (0 = shared), from the public walk. */
-typedef struct owner_q {
-    uintptr_t addr;
-    unsigned pool;
-    int found;
-} owner_q_t;
-
-static int owner_visit(const vpmm_region_info_t *r, void *user)
-{
-    owner_q_t *q = user;
-    if (q->addr >= r->addr && q->addr - r->addr < r->size) {
-        q->pool = r->pool;
-        q->found = 1;
-        return 1;
-    }
-    return 0;
-}
-
-static unsigned owner(vpmm_pool_t *pool, void *ptr)
-{
-    owner_q_t q = { (uintptr_t)ptr, 0, 0 };
-    assert_int_equal(vpmm_pool_walk(pool, owner_visit, &q), VPMM_SUCCESS);
-    assert_true(q.found);
-    return q.pool;
-}
-
-static vpmm_graph_pool_stats_t gstats(const vpmm_graph_pool_t *gp)
-{
-    vpmm_graph_pool_stats_t s;
-    assert_int_equal(vpmm_graph_pool_stats(gp, &s), VPMM_SUCCESS);
-    return s;
-}
-
-static vpmm_graph_pool_t *tgp(tpool_t *t)
-{
-    vpmm_graph_pool_t *gp = NULL;
-    assert_int_equal(vpmm_graph_pool_create(t->pool, &gp), VPMM_SUCCESS);
-    assert_non_null(gp);
-    CHECK_POOL(t->pool);
-    return gp;
-}
-
-static void begin(tpool_t *t, vpmm_graph_pool_t *gp, vpmm_stream_t s)
-{
-    assert_int_equal(vpmm_capture_begin(t->pool, gp, s, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
-    CHECK_POOL(t->pool);
-}
-
-static vpmm_graph_t end(tpool_t *t, vpmm_stream_t s)
-{
-    vpmm_graph_t g = NULL;
-    assert_int_equal(vpmm_capture_end(t->pool, s, &g), VPMM_SUCCESS);
-    assert_non_null(g);
-    CHECK_POOL(t->pool);
-    return g;
-}
-
-static void graph_destroy(tpool_t *t, vpmm_graph_t g)
-{
-    assert_int_equal(vpmm_host_graph_destroy(t->host, g), VPMM_DRV_OK);
-}
-
-/* Driver calls that would be illegal or unsafe during a capture. */
-static uint64_t forbidden_calls(const tpool_t *t)
-{
-    return vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_QUERY) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_RECORD) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_STREAM_WAIT_EVENT) +
-           vpmm_fault_calls(t->fault, VPMM_DRV_SYNCHRONIZE);
-}
+#include "graph_test_util.h"
 
 /* ---- routing ------------------------------------------------------------------------------- */
 
@@ -102,16 +31,16 @@ static void test_capture_allocates_from_graph_pool(void **state)
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .prealloc = 4 });
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
+    gp = tgp_create(&t);
     before = tstats(t.pool);
-    begin(&t, gp, s);
-    forbidden = forbidden_calls(&t);
+    tcapture_begin(&t, gp, s);
+    forbidden = tcapture_forbidden_calls(&t);
     for (int i = 0; i < 6; i++) {
         p[i] = tmalloc(t.pool, sizes[i], s);
-        assert_int_equal(owner(t.pool, p[i]), gstats(gp).id);
+        assert_int_equal(tregion_of(t.pool, p[i]).pool, tgp_stats(gp).id);
     }
-    assert_int_equal(forbidden_calls(&t), forbidden); /* no event, no wait, no sync */
-    gs = gstats(gp);
+    assert_int_equal(tcapture_forbidden_calls(&t), forbidden); /* no event, no wait, no sync */
+    gs = tgp_stats(gp);
     assert_int_equal(gs.live_allocs, 6);
     assert_int_equal(gs.captures, 1);
     assert_int_equal(gs.graphs, 1);
@@ -127,7 +56,7 @@ static void test_capture_allocates_from_graph_pool(void **state)
                      before.mapped_bytes);
     for (int i = 0; i < 6; i++)
         tfree(t.pool, p[i]);
-    graph_destroy(&t, end(&t, s));
+    tgraph_destroy(&t, tcapture_end(&t, s));
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     CHECK_POOL(t.pool);
     assert_int_equal(tstats(t.pool).graph_pools, 0);
@@ -145,8 +74,8 @@ static void test_reuse_in_stream_order(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     j = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     /* j joins the capture through an event recorded in it. */
     assert_int_equal(t.host->event_create(t.host, &ev), VPMM_DRV_OK);
     assert_int_equal(t.host->event_record(t.host, ev, s), VPMM_DRV_OK);
@@ -158,16 +87,16 @@ static void test_reuse_in_stream_order(void **state)
     assert_ptr_equal(a, b);
     tfree(t.pool, b);
     c = tmalloc(t.pool, 100 * KiB, j); /* joined stream: same graph pool, not s's free memory */
-    assert_int_equal(owner(t.pool, c), gstats(gp).id);
+    assert_int_equal(tregion_of(t.pool, c).pool, tgp_stats(gp).id);
     assert_ptr_not_equal(c, a);
-    graph_destroy(&t, end(&t, s));
+    tgraph_destroy(&t, tcapture_end(&t, s));
     /* After the capture, a's memory is ready for any later capture, on any stream. */
-    begin(&t, gp, j);
+    tcapture_begin(&t, gp, j);
     d = tmalloc(t.pool, 100 * KiB, j);
     assert_ptr_equal(d, a);
     tfree(t.pool, c);
     tfree(t.pool, d);
-    graph_destroy(&t, end(&t, j));
+    tgraph_destroy(&t, tcapture_end(&t, j));
     assert_int_equal(t.host->event_destroy(t.host, ev), VPMM_DRV_OK);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -185,27 +114,27 @@ static void test_external_capture_gets_own_graph_pool(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     a = tmalloc(t.pool, 1 * MiB, s); /* shared, before the capture */
-    assert_int_equal(owner(t.pool, a), 0);
+    assert_int_equal(tregion_of(t.pool, a).pool, 0);
     assert_int_equal(vpmm_host_begin_capture(t.host, s, &id), VPMM_DRV_OK); /* outside vpmm */
     b = tmalloc(t.pool, 5000, s);
-    gid = owner(t.pool, b);
+    gid = tregion_of(t.pool, b).pool;
     assert_true(gid != 0);
     assert_int_equal(tstats(t.pool).graph_pools, 1);
     assert_int_equal(vpmm_capture_graph_pool(t.pool, s, &gp), VPMM_SUCCESS);
-    assert_int_equal(gstats(gp).id, gid);
+    assert_int_equal(tgp_stats(gp).id, gid);
     c = tmalloc(t.pool, 5000, s);
-    assert_int_equal(owner(t.pool, c), gid);
+    assert_int_equal(tregion_of(t.pool, c).pool, gid);
     tfree(t.pool, a); /* a shared allocation freed during the capture stays shared */
     tfree(t.pool, c);
     /* The capture ends outside vpmm too; vpmm notices on its next collect. */
     assert_int_equal(vpmm_host_end_capture(t.host, s), VPMM_DRV_OK); /* also destroys the graph */
-    assert_int_equal(gstats(gp).captures, 0);
-    assert_int_equal(gstats(gp).graphs, 0);
+    assert_int_equal(tgp_stats(gp).captures, 0);
+    assert_int_equal(tgp_stats(gp).graphs, 0);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     CHECK_POOL(t.pool);
     /* No graph and no handle: its memory and its live allocation are the shared pool's now. */
     assert_int_equal(tstats(t.pool).graph_pools, 0);
-    assert_int_equal(owner(t.pool, b), 0);
+    assert_int_equal(tregion_of(t.pool, b).pool, 0);
     tfree(t.pool, b);
     tpool_close(&t);
 }
@@ -222,8 +151,8 @@ static void test_register_external_capture(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     s2 = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    other = tgp(&t);
+    gp = tgp_create(&t);
+    other = tgp_create(&t);
     before = tsnap(t.pool);
     assert_int_equal(vpmm_capture_register(t.pool, gp, s), VPMM_ERROR_NOT_CAPTURING);
     assert_int_equal(vpmm_capture_register(t.pool, gp, NULL), VPMM_ERROR_NOT_CAPTURING);
@@ -242,16 +171,16 @@ static void test_register_external_capture(void **state)
     assert_int_equal(vpmm_capture_register(t.pool, gp, s), VPMM_SUCCESS); /* idempotent */
     assert_int_equal(vpmm_capture_register(t.pool, other, s), VPMM_ERROR_WRONG_POOL);
     a = tmalloc(t.pool, 3 * MiB, s);
-    assert_int_equal(owner(t.pool, a), gstats(gp).id);
-    assert_int_equal(gstats(other).mallocs, 0);
+    assert_int_equal(tregion_of(t.pool, a).pool, tgp_stats(gp).id);
+    assert_int_equal(tgp_stats(other).mallocs, 0);
     /* A second, concurrent capture into the same graph pool. */
     assert_int_equal(vpmm_host_begin_capture(t.host, s2, &id), VPMM_DRV_OK);
     assert_int_equal(vpmm_capture_register(t.pool, gp, s2), VPMM_SUCCESS);
-    assert_int_equal(gstats(gp).captures, 2);
-    assert_int_equal(gstats(gp).graphs, 2);
+    assert_int_equal(tgp_stats(gp).captures, 2);
+    assert_int_equal(tgp_stats(gp).graphs, 2);
     assert_int_equal(vpmm_host_end_capture(t.host, s2), VPMM_DRV_OK);
     assert_int_equal(vpmm_host_end_capture(t.host, s), VPMM_DRV_OK);
-    assert_int_equal(gstats(gp).captures, 0);
+    assert_int_equal(tgp_stats(gp).captures, 0);
     tfree(t.pool, a);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(other), VPMM_SUCCESS);
@@ -269,8 +198,8 @@ static void test_capture_errors_change_nothing(void **state)
     tpool_open(&t, NULL);
     tpool_open(&t2, NULL);
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    foreign = tgp(&t2);
+    gp = tgp_create(&t);
+    foreign = tgp_create(&t2);
     before = tsnap(t.pool);
     assert_int_equal(vpmm_capture_begin(NULL, gp, s, 0), VPMM_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vpmm_capture_begin(t.pool, gp, NULL, 0), VPMM_ERROR_INVALID_ARGUMENT);
@@ -293,12 +222,12 @@ static void test_capture_errors_change_nothing(void **state)
     assert_snap_equal(&before, &after);
     assert_true(vpmm_host_stream_idle(t.host, s));
 
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     before = tsnap(t.pool);
     assert_int_equal(vpmm_capture_begin(t.pool, gp, s, 0), VPMM_ERROR_STREAM_CAPTURING);
     after = tsnap(t.pool);
     assert_snap_equal(&before, &after);
-    graph_destroy(&t, end(&t, s));
+    tgraph_destroy(&t, tcapture_end(&t, s));
     /* One handle: a second release is refused. */
     assert_int_equal(vpmm_graph_pool_retain(gp), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
@@ -317,15 +246,16 @@ static void test_capture_begin_anonymous(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    begin(&t, NULL, s);
+    tcapture_begin(&t, NULL, s);
     a = tmalloc(t.pool, 1 * MiB, s);
     assert_int_equal(vpmm_capture_graph_pool(t.pool, s, &gp), VPMM_SUCCESS);
-    assert_int_equal(owner(t.pool, a), gstats(gp).id);
+    assert_int_equal(tregion_of(t.pool, a).pool, tgp_stats(gp).id);
     tfree(t.pool, a);
     assert_int_equal(vpmm_graph_destroy(t.pool, NULL), VPMM_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vpmm_graph_destroy(NULL, (vpmm_graph_t)1), VPMM_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vpmm_graph_destroy(t.pool, end(&t, s)), VPMM_SUCCESS); /* the public way */
-    assert_int_equal(gstats(gp).graphs, 0);
+    assert_int_equal(vpmm_graph_destroy(t.pool, tcapture_end(&t, s)),
+                     VPMM_SUCCESS); /* the public way */
+    assert_int_equal(tgp_stats(gp).graphs, 0);
     assert_int_equal(tstats(t.pool).graph_pools, 1); /* our handle */
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     assert_int_equal(tstats(t.pool).graph_pools, 0);
@@ -348,16 +278,16 @@ static void test_graph_keeps_pages_until_launches_complete(void **state)
     tpool_open(&t, &(tpool_params_t){ .memory_limit = 16 * MiB });
     s = vpmm_host_stream_create(t.host);
     r = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 8 * MiB, s);
     tfree(t.pool, a); /* free inside the graph: still the graph's memory */
-    g = end(&t, s);
+    g = tcapture_end(&t, s);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS); /* the graph keeps it */
     assert_int_equal(tstats(t.pool).graph_pools, 1);
     assert_int_equal(vpmm_host_graph_instantiate(t.host, g, &e), VPMM_DRV_OK);
     assert_int_equal(vpmm_host_graph_launch(t.host, e, r), VPMM_DRV_OK);
-    graph_destroy(&t, g);
+    tgraph_destroy(&t, g);
     assert_int_equal(vpmm_host_exec_destroy(t.host, e), VPMM_DRV_OK);
     /* The launch is still running: 8 of the 16 MiB device stay with the graph pool, and the
      * shared pool cannot take them even when it runs out. */
@@ -392,21 +322,21 @@ static void test_idle_graph_pool_pages_may_be_taken(void **state)
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .memory_limit = 16 * MiB });
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     keep = tmalloc(t.pool, 1 * MiB, s);
     a = tmalloc(t.pool, 8 * MiB, s);
     tfree(t.pool, a);
-    graph_destroy(&t, end(&t, s));
+    tgraph_destroy(&t, tcapture_end(&t, s));
     /* No graph, but the handle stays: the graph pool is idle and its free pages may go. */
-    gs = gstats(gp);
+    gs = tgp_stats(gp);
     assert_int_equal(gs.graphs, 0);
     assert_false(gs.pinned);
     big = tmalloc(t.pool, 14 * MiB, s);
-    gs = gstats(gp);
+    gs = tgp_stats(gp);
     assert_true(gs.mapped_bytes < 10 * MiB);
     assert_int_equal(gs.live_allocs, 1); /* its allocation never moves */
-    assert_int_equal(owner(t.pool, keep), gs.id);
+    assert_int_equal(tregion_of(t.pool, keep).pool, gs.id);
     tfree(t.pool, big);
     tfree(t.pool, keep);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
@@ -424,14 +354,14 @@ static void test_pinned_pages_never_move(void **state)
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .memory_limit = 64 * MiB });
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 6 * MiB, s);
     b = tmalloc(t.pool, 300, s);
     tfree(t.pool, a);
-    g = end(&t, s);
+    g = tcapture_end(&t, s);
     memset(b, 0x5a, 300); /* the host backend's memory is real */
-    before = gstats(gp);
+    before = tgp_stats(gp);
     /* Fragment the shared pool and force defragmentation: the graph pool must not be touched. */
     {
         void *v[16];
@@ -444,14 +374,14 @@ static void test_pinned_pages_never_move(void **state)
         for (int i = 1; i < 16; i += 2)
             tfree(t.pool, v[i]);
     }
-    after = gstats(gp);
+    after = tgp_stats(gp);
     assert_int_equal(after.mapped_bytes, before.mapped_bytes);
     assert_int_equal(after.zombie_bytes, 0);
     for (int i = 0; i < 300; i++)
         assert_int_equal(((unsigned char *)b)[i], 0x5a);
     tfree(t.pool, big);
     tfree(t.pool, b);
-    graph_destroy(&t, g);
+    tgraph_destroy(&t, g);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
@@ -468,24 +398,24 @@ static void test_private_zombies_kept_while_pinned(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 4 * MiB, s);
-    g1 = end(&t, s);
-    begin(&t, gp, s);
+    g1 = tcapture_end(&t, s);
+    tcapture_begin(&t, gp, s);
     tfree(t.pool, a);
     big = tmalloc(t.pool, 6 * MiB, s); /* a's two pages, mapped again, plus one new */
-    g2 = end(&t, s);
-    assert_int_equal(gstats(gp).pages_remapped, 2);
-    assert_int_equal(gstats(gp).zombie_bytes, 4 * MiB);
+    g2 = tcapture_end(&t, s);
+    assert_int_equal(tgp_stats(gp).pages_remapped, 2);
+    assert_int_equal(tgp_stats(gp).zombie_bytes, 4 * MiB);
     shared = tmalloc(t.pool, 64 * MiB, NULL); /* a shared slow path: zombies are reclaimed there */
-    assert_int_equal(gstats(gp).zombie_bytes, 4 * MiB); /* but not these */
+    assert_int_equal(tgp_stats(gp).zombie_bytes, 4 * MiB); /* but not these */
     tfree(t.pool, shared);
-    graph_destroy(&t, g1);
-    graph_destroy(&t, g2);
+    tgraph_destroy(&t, g1);
+    tgraph_destroy(&t, g2);
     shared = tmalloc(t.pool, 128 * MiB, NULL);
-    assert_int_equal(gstats(gp).zombie_bytes, 0); /* unpinned: the old address is unmapped */
-    assert_int_equal(gstats(gp).hole_bytes, gstats(gp).reserved_va_bytes - 6 * MiB);
+    assert_int_equal(tgp_stats(gp).zombie_bytes, 0); /* unpinned: the old address is unmapped */
+    assert_int_equal(tgp_stats(gp).hole_bytes, tgp_stats(gp).reserved_va_bytes - 6 * MiB);
     assert_driver_matches_pool(&t);
     tfree(t.pool, shared);
     tfree(t.pool, big);
@@ -502,16 +432,16 @@ static void test_destroy_with_live_graph_refused(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
+    gp = tgp_create(&t);
     assert_int_equal(vpmm_pool_destroy(t.pool), VPMM_ERROR_POOL_BUSY); /* a handle */
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     tfree(t.pool, tmalloc(t.pool, 4096, s));
-    g = end(&t, s);
+    g = tcapture_end(&t, s);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     assert_int_equal(vpmm_pool_destroy(t.pool), VPMM_ERROR_POOL_BUSY); /* a graph */
     assert_non_null(strstr(vpmm_last_error(), "graph"));
     CHECK_POOL(t.pool);
-    graph_destroy(&t, g);
+    tgraph_destroy(&t, g);
     tpool_close(&t); /* destroy now succeeds */
 }
 
@@ -526,27 +456,27 @@ static void test_private_free_after_capture_is_stream_ordered(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     o = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     out = tmalloc(t.pool, 1 * MiB, s); /* the graph's output: live after the capture */
-    g1 = end(&t, s);
+    g1 = tcapture_end(&t, s);
     vpmm_host_enqueue(t.host, s); /* s reads the output */
     tfree(t.pool, out);           /* pending on s until that work is done */
     /* Another stream's capture must not get it yet ... */
-    begin(&t, gp, o);
+    tcapture_begin(&t, gp, o);
     x = tmalloc(t.pool, 1 * MiB, o);
     assert_ptr_not_equal(x, out);
     tfree(t.pool, x);
-    g2 = end(&t, o);
+    g2 = tcapture_end(&t, o);
     /* ... but s's own next capture may (stream order). */
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     y = tmalloc(t.pool, 1 * MiB, s);
     assert_ptr_equal(y, out);
     tfree(t.pool, y);
-    g3 = end(&t, s);
-    graph_destroy(&t, g1);
-    graph_destroy(&t, g2);
-    graph_destroy(&t, g3);
+    g3 = tcapture_end(&t, s);
+    tgraph_destroy(&t, g1);
+    tgraph_destroy(&t, g2);
+    tgraph_destroy(&t, g3);
     vpmm_host_complete_all(t.host);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -562,8 +492,8 @@ static void test_invalidated_capture(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    begin(&t, gp, s);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 4096, s);
     /* A synchronize during the capture invalidates it (host rule, as CUDA's global mode). */
     {
@@ -576,8 +506,8 @@ static void test_invalidated_capture(void **state)
     assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_ERROR_DRIVER);
     assert_null(g);
     CHECK_POOL(t.pool);
-    assert_int_equal(gstats(gp).captures, 0);
-    assert_int_equal(gstats(gp).graphs, 0); /* CUDA discarded the graph */
+    assert_int_equal(tgp_stats(gp).captures, 0);
+    assert_int_equal(tgp_stats(gp).graphs, 0); /* CUDA discarded the graph */
     tfree(t.pool, a);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
@@ -600,10 +530,10 @@ static void test_capture_oom_under_cap_is_reported(void **state)
     (void)state;
     tpool_open(&t, &(tpool_params_t){ .max_bytes = 4 * MiB });
     s = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
+    gp = tgp_create(&t);
     /* An earlier, unrelated failure that must not stand as the explanation. */
     assert_int_equal(vpmm_free(t.pool, (void *)0x1000), VPMM_ERROR_FOREIGN_POINTER);
-    begin(&t, gp, s);
+    tcapture_begin(&t, gp, s);
     assert_int_equal(vpmm_malloc(t.pool, 8 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
     assert_null(p);
     CHECK_POOL(t.pool);
@@ -616,8 +546,8 @@ static void test_capture_oom_under_cap_is_reported(void **state)
     /* The capture goes on: what fits under the cap still comes. */
     p = tmalloc(t.pool, 2 * MiB, s);
     tfree(t.pool, p);
-    g = end(&t, s);
-    graph_destroy(&t, g);
+    g = tcapture_end(&t, s);
+    tgraph_destroy(&t, g);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
@@ -645,14 +575,14 @@ static void test_capture_uses_cached_pages_under_cap(void **state)
         tfree(t.pool, x);
         assert_int_equal(t.pool->cached_bytes, cache ? 4 * MiB : 0);
         vpmm_host_complete(t.host, o);
-        gp = tgp(&t);
-        begin(&t, gp, s);
+        gp = tgp_create(&t);
+        tcapture_begin(&t, gp, s);
         y = tmalloc(t.pool, 4 * MiB, s); /* o's pages, whose work is done: no new memory */
         assert_int_equal(tstats(t.pool).mapped_bytes, 4 * MiB);
-        assert_int_equal(gstats(gp).pages_taken, 2);
-        g = end(&t, s);
+        assert_int_equal(tgp_stats(gp).pages_taken, 2);
+        g = tcapture_end(&t, s);
         tfree(t.pool, y);
-        graph_destroy(&t, g);
+        tgraph_destroy(&t, g);
         assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
         tpool_close(&t);
     }
@@ -674,13 +604,13 @@ static void test_repeated_captures_keep_address_space(void **state)
     tpool_open(&t, &(tpool_params_t){ .va_limit = 96 * GiB });
     s = vpmm_host_stream_create(t.host);
     for (int i = 0; i < 300; i++) {
-        vpmm_graph_pool_t *gp = tgp(&t);
+        vpmm_graph_pool_t *gp = tgp_create(&t);
         vpmm_graph_t g;
         void *x;
-        begin(&t, gp, s);
+        tcapture_begin(&t, gp, s);
         x = tmalloc(t.pool, 2 * MiB, s);
         tfree(t.pool, x);
-        g = end(&t, s);
+        g = tcapture_end(&t, s);
         assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
         assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
         CHECK_POOL(t.pool);
@@ -712,15 +642,15 @@ static void test_graph_pool_malloc(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     c = vpmm_host_stream_create(t.host);
-    gp = tgp(&t);
-    other = tgp(&t);
+    gp = tgp_create(&t);
+    other = tgp_create(&t);
     assert_int_equal(vpmm_graph_pool_malloc(gp, 3000, s, &a), VPMM_SUCCESS);
     CHECK_POOL(t.pool);
-    assert_int_equal(owner(t.pool, a), gstats(gp).id);
-    assert_int_equal(gstats(gp).live_allocs, 1);
+    assert_int_equal(tregion_of(t.pool, a).pool, tgp_stats(gp).id);
+    assert_int_equal(tgp_stats(gp).live_allocs, 1);
     assert_int_equal(tstats(t.pool).private_live_bytes, 3000);
     tfree(t.pool, a);
-    assert_int_equal(gstats(gp).live_allocs, 0);
+    assert_int_equal(tgp_stats(gp).live_allocs, 0);
     /* The same page serves the next one, on this stream at once (stream order). */
     assert_int_equal(vpmm_graph_pool_malloc(gp, 2000, s, &b), VPMM_SUCCESS);
     assert_ptr_equal(b, a);
@@ -729,10 +659,10 @@ static void test_graph_pool_malloc(void **state)
     /* A capture begun outside vpmm, not seen yet: registered with gp by its first allocation. */
     assert_int_equal(vpmm_host_begin_capture(t.host, c, &id), VPMM_DRV_OK);
     assert_int_equal(vpmm_graph_pool_malloc(gp, 4096, c, &a), VPMM_SUCCESS);
-    assert_int_equal(owner(t.pool, a), gstats(gp).id);
-    assert_int_equal(gstats(gp).captures, 1);
+    assert_int_equal(tregion_of(t.pool, a).pool, tgp_stats(gp).id);
+    assert_int_equal(tgp_stats(gp).captures, 1);
     b = tmalloc(t.pool, 4096, c); /* the capture's ordinary mallocs follow */
-    assert_int_equal(owner(t.pool, b), gstats(gp).id);
+    assert_int_equal(tregion_of(t.pool, b).pool, tgp_stats(gp).id);
     /* Another graph pool for a stream of that capture: refused, nothing changed. */
     {
         tsnap_t before = tsnap(t.pool), after;
@@ -744,8 +674,8 @@ static void test_graph_pool_malloc(void **state)
     }
     tfree(t.pool, a);
     tfree(t.pool, b);
-    g = end(&t, c);
-    graph_destroy(&t, g);
+    g = tcapture_end(&t, c);
+    tgraph_destroy(&t, g);
 
     /* Bad input: vpmm_malloc's statuses. */
     assert_int_equal(vpmm_graph_pool_malloc(NULL, 10, s, &x), VPMM_ERROR_INVALID_ARGUMENT);

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "graph_test_util.h"
 
 typedef struct ctx {
     tpool_t t;
@@ -54,13 +54,13 @@ static vpmm_status_t step_malloc(ctx_t *c, size_t size)
 
 static void prefix_graph_pool(ctx_t *c)
 {
-    assert_int_equal(vpmm_graph_pool_create(c->t.pool, &c->gp), VPMM_SUCCESS);
+    c->gp = tgp_create(&c->t);
 }
 
 static void prefix_begun(ctx_t *c)
 {
     prefix_graph_pool(c);
-    assert_int_equal(vpmm_capture_begin(c->t.pool, c->gp, c->s, 0), VPMM_SUCCESS);
+    tcapture_begin(&c->t, c->gp, c->s);
     c->capturing = 1;
 }
 
@@ -126,7 +126,7 @@ static vpmm_status_t step_end(ctx_t *c)
     vpmm_status_t st = vpmm_capture_end(c->t.pool, c->s, &g);
     if (st == VPMM_SUCCESS) {
         c->capturing = 0;
-        assert_int_equal(vpmm_host_graph_destroy(c->t.host, g), VPMM_DRV_OK);
+        tgraph_destroy(&c->t, g);
     } else {
         assert_null(g);
     }
@@ -149,15 +149,6 @@ static const scenario_t scenarios[] = {
 
 /* ---- the sweep ------------------------------------------------------------------------------ */
 
-static unsigned coverage[VPMM_DRV_ENTRY_COUNT];
-
-static void note_coverage(const char *call)
-{
-    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
-        if (call && strcmp(call, vpmm_drv_entry_name((vpmm_drv_entry_t)e)) == 0)
-            coverage[e]++;
-}
-
 static void assert_no_caller_user_objects(const ctx_t *c)
 {
     vpmm_fault_live_t live;
@@ -173,8 +164,8 @@ static void cleanup(ctx_t *c)
         vpmm_graph_t g = NULL;
         /* An external capture's graph pool must be held across its end to free its memory. */
         assert_int_equal(vpmm_capture_graph_pool(c->t.pool, c->s, &cap_gp), VPMM_SUCCESS);
-        assert_int_equal(vpmm_capture_end(c->t.pool, c->s, &g), VPMM_SUCCESS);
-        assert_int_equal(vpmm_host_graph_destroy(c->t.host, g), VPMM_DRV_OK);
+        g = tcapture_end(&c->t, c->s);
+        tgraph_destroy(&c->t, g);
     }
     while (c->nlive)
         tfree(c->t.pool, c->live[--c->nlive]);
@@ -188,8 +179,9 @@ static void cleanup(ctx_t *c)
     tpool_close(&c->t);
 }
 
-static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
+static int run_once(const void *scenario, uint64_t k, vpmm_dres_t result)
 {
+    const scenario_t *sc = scenario;
     ctx_t c;
     vpmm_stats_t before, after;
     vpmm_status_t st;
@@ -204,10 +196,7 @@ static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
     before = tstats(c.t.pool);
     vpmm_fault_fail_any_nth(c.t.fault, k, result);
     st = sc->step(&c);
-    injected = vpmm_fault_injected(c.t.fault) > 0;
-    if (injected)
-        note_coverage(c.t.fault->last_call);
-    vpmm_fault_clear(c.t.fault);
+    injected = tfault_settle(c.t.fault);
 
     CHECK_POOL(c.t.pool);
     assert_driver_matches_pool(&c.t);
@@ -238,26 +227,18 @@ static int run_once(const scenario_t *sc, uint64_t k, vpmm_dres_t result)
     return injected;
 }
 
-static void sweep(const scenario_t *sc, vpmm_dres_t result)
-{
-    uint64_t k = 1;
-    while (run_once(sc, k, result))
-        k++;
-    print_message("%-42s %3llu call sites failed in turn\n", sc->name, (unsigned long long)(k - 1));
-}
-
 static void test_sweep_errors(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
-        sweep(&scenarios[i], VPMM_DRV_ERROR);
+        tfault_sweep(scenarios[i].name, run_once, &scenarios[i], VPMM_DRV_ERROR);
 }
 
 static void test_sweep_out_of_memory(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
-        sweep(&scenarios[i], VPMM_DRV_OUT_OF_MEMORY);
+        tfault_sweep(scenarios[i].name, run_once, &scenarios[i], VPMM_DRV_OUT_OF_MEMORY);
 }
 
 /* A failed begin undoes itself even when the first try of an undo call fails as well. */
@@ -277,7 +258,7 @@ static void test_begin_undo_survives_second_failure(void **state)
         vpmm_fault_fail_nth(c.t.fault, VPMM_DRV_GRAPH_RETAIN_USER_OBJECT, 1, VPMM_DRV_ERROR);
         vpmm_fault_fail_nth(c.t.fault, undo[i], 1, VPMM_DRV_ERROR);
         assert_int_equal(step_begin(&c), VPMM_ERROR_DRIVER);
-        note_coverage(vpmm_drv_entry_name(undo[i]));
+        tfault_note(vpmm_drv_entry_name(undo[i]));
         vpmm_fault_clear(c.t.fault);
         CHECK_POOL(c.t.pool);
         assert_no_caller_user_objects(&c);
@@ -305,7 +286,7 @@ static void test_dead_capture_unseen_by_a_failed_query(void **state)
     memset(&c, 0, sizeof c);
     tpool_open(&c.t, NULL);
     c.s = vpmm_host_stream_create(c.t.host);
-    assert_int_equal(vpmm_capture_begin(c.t.pool, NULL, c.s, 0), VPMM_SUCCESS);
+    tcapture_begin(&c.t, NULL, c.s);
     p = tmalloc(c.t.pool, 3000, c.s);
     tfree(c.t.pool, p);
     assert_int_equal(tstats(c.t.pool).graph_pools, 1);
@@ -314,7 +295,7 @@ static void test_dead_capture_unseen_by_a_failed_query(void **state)
 
     vpmm_fault_fail_from(c.t.fault, VPMM_DRV_CAPTURE_INFO, 1, VPMM_DRV_ERROR);
     assert_int_equal(tstats(c.t.pool).graph_pools, 0); /* collected, the record with it */
-    note_coverage(vpmm_drv_entry_name(VPMM_DRV_CAPTURE_INFO));
+    tfault_note(vpmm_drv_entry_name(VPMM_DRV_CAPTURE_INFO));
     vpmm_fault_clear(c.t.fault);
     CHECK_POOL(c.t.pool);
     assert_driver_matches_pool(&c.t);
@@ -340,12 +321,7 @@ static void test_coverage(void **state)
         VPMM_DRV_GRAPH_DESTROY,
     };
     (void)state;
-    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
-        print_message("  %-32s failed %u times\n", vpmm_drv_entry_name((vpmm_drv_entry_t)e),
-                      coverage[e]);
-    for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
-        if (coverage[used[i]] == 0)
-            fail_msg("%s was never failed", vpmm_drv_entry_name(used[i]));
+    tfault_assert_covered(used, sizeof used / sizeof used[0]);
 }
 
 int main(void)

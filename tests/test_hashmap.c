@@ -18,37 +18,7 @@
 #include <string.h>
 
 #include "hashmap.h"
-
-/* splitmix64: a fixed seed makes every failure reproducible. */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-    rng_state = seed;
-}
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static size_t rng_below(size_t n)
-{
-    return (size_t)(rng_next() % n);
-}
-
-static void shuffle(size_t *a, size_t n)
-{
-    for (size_t i = n; i > 1; i--) {
-        size_t j = rng_below(i);
-        size_t tmp = a[i - 1];
-        a[i - 1] = a[j];
-        a[j] = tmp;
-    }
-}
+#include "test_rng.h"
 
 /* Counting calloc: fails once `alloc_budget` successful calls have been used (-1: never). */
 static size_t alloc_calls;
@@ -272,14 +242,14 @@ static void test_remove_random_order(void **state)
     vpmm_hmap_t m;
 
     (void)state;
-    rng_seed(7);
+    trng_t rng = { 7 };
     assert_int_equal(vpmm_hmap_init(&m, 0), 0);
     for (size_t i = 0; i < N; i++) {
         order[i] = i;
         gone[i] = 0;
         assert_int_equal(vpmm_hmap_put(&m, 0x10000 + (uint64_t)i * 256, val_of(i)), 0);
     }
-    shuffle(order, N);
+    trng_shuffle(&rng, order, N);
     for (size_t r = 0; r < N; r++) {
         const size_t x = order[r];
         assert_ptr_equal(vpmm_hmap_remove(&m, 0x10000 + (uint64_t)x * 256), val_of(x));
@@ -305,14 +275,14 @@ static void test_remove_wrapping_runs(void **state)
     size_t wrapped = 0;
 
     (void)state;
-    rng_seed(8);
+    trng_t rng = { 8 };
     assert_int_equal(vpmm_hmap_init(&m, 16), 0);
     for (size_t round = 0; round < 3000; round++) {
         uint64_t keys[12];
         size_t order[12];
         for (size_t i = 0; i < 12; i++) {
             do
-                keys[i] = (rng_next() | 1) << rng_below(24);
+                keys[i] = (trng_next(&rng) | 1) << trng_below(&rng, 24);
             while (vpmm_hmap_get(&m, keys[i]) != NULL);
             assert_int_equal(vpmm_hmap_put(&m, keys[i], val_of(i)), 0);
             order[i] = i;
@@ -320,7 +290,7 @@ static void test_remove_wrapping_runs(void **state)
         assert_int_equal(m.cap, 16);
         assert_int_equal(vpmm_hmap_validate(&m), 0);
         wrapped += m.keys[0] != 0 && m.keys[15] != 0;
-        shuffle(order, 12);
+        trng_shuffle(&rng, order, 12);
         for (size_t r = 0; r < 12; r++) {
             assert_ptr_equal(vpmm_hmap_remove(&m, keys[order[r]]), val_of(order[r]));
             assert_int_equal(vpmm_hmap_validate(&m), 0);
@@ -595,15 +565,15 @@ static void test_random_stress(void **state)
     size_t count = 0, max_cap = 0;
 
     (void)state;
-    rng_seed(1234);
+    trng_t rng = { 1234 };
     memset(ref, 0, sizeof(ref));
     assert_int_equal(vpmm_hmap_init(&m, 0), 0);
     for (size_t op = 0; op < OPS; op++) {
         const size_t phase = op / PHASE;
         const size_t universe = phase % 2 == 0 ? 40 : U_MAX;
         const uint64_t stride = phase % 4 < 2 ? 256 : 2ull << 20;
-        const size_t r = rng_below(100);
-        size_t idx = rng_below(universe);
+        const size_t r = trng_below(&rng, 100);
+        size_t idx = trng_below(&rng, universe);
         const uint64_t key = 0x7f0000000000ull + (uint64_t)idx * stride;
         int mutated = 1;
 
@@ -625,7 +595,7 @@ static void test_random_stress(void **state)
             assert_int_equal(vpmm_hmap_init(&m, 0), 0);
         }
         if (r < 50) {
-            void *v = val_of(rng_next());
+            void *v = val_of(trng_next(&rng));
             assert_int_equal(vpmm_hmap_put(&m, key, v), 0);
             count += ref[idx] == NULL;
             ref[idx] = v;
@@ -637,7 +607,7 @@ static void test_random_stress(void **state)
             assert_ptr_equal(vpmm_hmap_get(&m, key), ref[idx]);
             mutated = 0;
         } else {
-            const size_t extra = rng_below(64);
+            const size_t extra = trng_below(&rng, 64);
             const size_t cap = m.cap;
             assert_int_equal(vpmm_hmap_reserve(&m, extra), 0);
             assert_true(m.count + extra <= m.cap - m.cap / 4);

@@ -15,25 +15,22 @@ typedef struct block {
     uint32_t seed;
 } block_t;
 
-static uint32_t pattern(uint32_t seed, size_t i)
+/* The block's byte i: a function of (seed, i) alone. */
+static unsigned char pattern(uint32_t seed, size_t i)
 {
-    uint64_t x = ((uint64_t)seed << 32) ^ i;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 29;
-    return (uint32_t)x;
+    return (unsigned char)tmix64(((uint64_t)seed << 32) ^ i);
 }
 
 static void fill(block_t *b)
 {
     for (size_t i = 0; i < b->size; i++)
-        b->p[i] = (unsigned char)pattern(b->seed, i);
+        b->p[i] = pattern(b->seed, i);
 }
 
 static void verify(const block_t *b)
 {
     for (size_t i = 0; i < b->size; i++)
-        if (b->p[i] != (unsigned char)pattern(b->seed, i))
+        if (b->p[i] != pattern(b->seed, i))
             fail_msg("block %p (+%zu, seed %u) corrupted at byte %zu", (void *)b->p, b->size,
                      b->seed, i);
 }

@@ -17,37 +17,7 @@
 #include <string.h>
 
 #include "rbtree.h"
-
-/* splitmix64: a fixed seed makes every failure reproducible. */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-    rng_state = seed;
-}
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static size_t rng_below(size_t n)
-{
-    return (size_t)(rng_next() % n);
-}
-
-static void shuffle(size_t *a, size_t n)
-{
-    for (size_t i = n; i > 1; i--) {
-        size_t j = rng_below(i);
-        size_t tmp = a[i - 1];
-        a[i - 1] = a[j];
-        a[j] = tmp;
-    }
-}
+#include "test_rng.h"
 
 static size_t height(const vpmm_rb_node_t *n)
 {
@@ -199,10 +169,10 @@ static void test_insert_random(void **state)
     size_t order[512];
 
     (void)state;
-    rng_seed(1);
+    trng_t rng = { 1 };
     for (size_t i = 0; i < 512; i++)
         order[i] = i;
-    shuffle(order, 512);
+    trng_shuffle(&rng, order, 512);
     insert_in_order(order, 512);
 }
 
@@ -257,17 +227,17 @@ static void test_remove_leaf_and_internal(void **state)
     size_t order[N], n = N, hits[3] = { 0, 0, 0 };
 
     (void)state;
-    rng_seed(2);
+    trng_t rng = { 2 };
     for (size_t i = 0; i < N; i++)
         order[i] = i;
-    shuffle(order, N);
+    trng_shuffle(&rng, order, N);
     vpmm_rb_init(&t);
     for (size_t i = 0; i < N; i++)
         vpmm_rb_insert(&t, &nodes[order[i]]);
     check_tree(&t, ref, n);
     for (size_t step = 0; n > 0; step++) {
         vpmm_rb_node_t *victim = t.root;
-        const size_t start = rng_below(n);
+        const size_t start = trng_below(&rng, n);
         for (size_t k = 0; k < 3 && victim == t.root; k++) {
             const size_t kind = (step + k) % 3;
             for (size_t i = 0; i < n; i++) {
@@ -353,10 +323,10 @@ static void test_iteration(void **state)
     size_t order[N];
 
     (void)state;
-    rng_seed(3);
+    trng_t rng = { 3 };
     for (size_t i = 0; i < N; i++)
         order[i] = i;
-    shuffle(order, N);
+    trng_shuffle(&rng, order, N);
     vpmm_rb_init(&t);
     for (size_t i = 0; i < N; i++)
         vpmm_rb_insert(&t, &nodes[order[i]]);
@@ -436,20 +406,20 @@ static void test_random_stress(void **state)
     assert_non_null(nodes);
     assert_non_null(ref);
     assert_non_null(linked);
-    rng_seed(42);
+    trng_t rng = { 42 };
     vpmm_rb_init(&t);
     for (size_t op = 0; op < OPS; op++) {
         const size_t phase = op / PHASE;
         const int growing = phase % 2 == 0;
         const int narrow = phase % 4 < 2;
-        const size_t r = rng_below(100);
+        const size_t r = trng_below(&rng, 100);
         int mutated = 0;
 
         if (r < (growing ? 55u : 25u)) {
-            size_t i = rng_below(POOL);
+            size_t i = trng_below(&rng, POOL);
             if (!linked[i]) {
                 size_t pos;
-                nodes[i].k1 = narrow ? rng_below(32) : rng_next();
+                nodes[i].k1 = narrow ? trng_below(&rng, 32) : trng_next(&rng);
                 nodes[i].k2 = (uintptr_t)&nodes[i];
                 vpmm_rb_insert(&t, &nodes[i]);
                 linked[i] = 1;
@@ -461,7 +431,7 @@ static void test_random_stress(void **state)
             }
         } else if (r < 80) {
             if (n > 0) {
-                size_t pos = rng_below(n);
+                size_t pos = trng_below(&rng, n);
                 vpmm_rb_node_t *x = ref[pos];
                 vpmm_rb_remove(&t, x);
                 linked[x - nodes] = 0;
@@ -472,14 +442,14 @@ static void test_random_stress(void **state)
         } else {
             uint64_t k1, k2;
             size_t pos;
-            if (n > 0 && rng_below(2) == 0) {
+            if (n > 0 && trng_below(&rng, 2) == 0) {
                 /* Near an existing key: at it, just after it, or at its k1 with k2 = 0. */
-                const vpmm_rb_node_t *x = ref[rng_below(n)];
+                const vpmm_rb_node_t *x = ref[trng_below(&rng, n)];
                 k1 = x->k1;
-                k2 = rng_below(3) == 0 ? 0 : x->k2 + rng_below(2);
+                k2 = trng_below(&rng, 3) == 0 ? 0 : x->k2 + trng_below(&rng, 2);
             } else {
-                k1 = narrow ? rng_below(34) : rng_next();
-                k2 = rng_below(2) == 0 ? 0 : rng_next();
+                k1 = narrow ? trng_below(&rng, 34) : trng_next(&rng);
+                k2 = trng_below(&rng, 2) == 0 ? 0 : trng_next(&rng);
             }
             pos = ref_lower_bound(ref, n, k1, k2);
             assert_ptr_equal(vpmm_rb_lower_bound(&t, k1, k2), pos < n ? ref[pos] : NULL);

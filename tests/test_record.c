@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "test_util.h"
+#include "graph_test_util.h"
 #include "trace.h"
 
 typedef struct line {
@@ -103,10 +103,10 @@ static void test_records_every_call(void **state)
     assert_non_null(jb.p);
     tfree(t.pool, a);
     tfree(t.pool, ja.p); /* freed here: the line names its allocation stream */
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, s, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     x = tmalloc(t.pool, 4096, s); /* a graph pool's allocation is recorded too */
-    assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_SUCCESS);
+    g = tcapture_end(&t, s);
     c = tmalloc(t.pool, 256, s);
     tfree(t.pool, x);
     tfree(t.pool, c);

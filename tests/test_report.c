@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "test_util.h"
+#include "graph_test_util.h"
 
 static void report_of(vpmm_pool_t *pool, char *buf, size_t len)
 {
@@ -113,10 +113,10 @@ static void test_cap_and_graph_pools(void **state)
     tpool_open(&t, &(tpool_params_t){ .max_bytes = 10 * MiB + 1 }); /* a cap of 5 pages */
     s = vpmm_host_stream_create(t.host);
     assert_int_equal(tstats(t.pool).max_bytes, 10 * MiB);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, s, 0), VPMM_SUCCESS);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     priv = tmalloc(t.pool, 3 * MiB, s); /* the graph pool maps 4 MiB */
-    assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_SUCCESS);
+    g = tcapture_end(&t, s);
     a = tmalloc(t.pool, 5 * MiB, NULL); /* 6 MiB more: 10 MiB, the cap */
     assert_int_equal(vpmm_malloc(t.pool, 2 * MiB, NULL, &p), VPMM_ERROR_OUT_OF_MEMORY);
     CHECK_POOL(t.pool);
@@ -161,14 +161,14 @@ static void test_movable_pages_only(void **state)
     big = tmalloc(t.pool, GiB, s);   /* one 1 GiB handle */
     tfree(t.pool, big);
     small = tmalloc(t.pool, 4096, s); /* in the big handle: it can no longer move */
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, c, 0), VPMM_SUCCESS);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, c);
     tfree(t.pool, x); /* pending on c, which is being captured: no marker until it ends */
     assert_int_equal(vpmm_malloc(t.pool, GiB + 8 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
     report_of(t.pool, buf, sizeof buf);
     assert_non_null(strstr(buf, "; 0 B of the shared pool's free memory is in whole pages that "
                                 "defragmentation gathers"));
-    assert_int_equal(vpmm_capture_end(t.pool, c, &g), VPMM_SUCCESS);
+    g = tcapture_end(&t, c);
     /* The capture over, c's pages can move: they count. */
     assert_int_equal(vpmm_malloc(t.pool, GiB + 8 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
     report_of(t.pool, buf, sizeof buf);

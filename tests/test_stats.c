@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "graph_test_util.h"
 
 static void test_counters(void **state)
 {
@@ -142,11 +142,11 @@ static void test_graph_pool_ownership(void **state)
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
     shared = tmalloc(t.pool, 5000, s);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, s, 0), VPMM_SUCCESS);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     priv = tmalloc(t.pool, 7000, s);
-    assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_SUCCESS);
-    assert_int_equal(vpmm_graph_pool_stats(gp, &gs), VPMM_SUCCESS);
+    g = tcapture_end(&t, s);
+    gs = tgp_stats(gp);
     st = tstats(t.pool);
     assert_int_equal(st.graph_pools, 1);
     assert_int_equal(st.private_live_bytes, 7000);
@@ -221,7 +221,7 @@ static void test_pointer_info(void **state)
     assert_int_equal(info.addr, (uintptr_t)a); /* interior: the allocation holding it */
     assert_int_equal(vpmm_pointer_info(t.pool, (char *)a + 4096, &info), VPMM_SUCCESS);
     assert_int_equal(info.state, VPMM_REGION_FREE);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    gp = tgp_create(&t);
     assert_int_equal(vpmm_graph_pool_malloc(gp, 64, s, &b), VPMM_SUCCESS);
     assert_int_equal(vpmm_pointer_info(t.pool, b, &info), VPMM_SUCCESS);
     assert_true(info.pool != 0);

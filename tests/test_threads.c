@@ -200,15 +200,6 @@ static void counts_add(counts_t *to, const counts_t *c)
     to->recorded_cross += c->recorded_cross;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 static void die(const worker_t *w, const char *fmt, ...)
 {
     va_list ap;
@@ -228,7 +219,7 @@ static void expect_ok(const worker_t *w, vpmm_status_t st, const char *call)
 }
 
 /*
- * Writes (check = 0) or checks (check = 1) the pattern of it: 8-byte words, mix64(key + offset),
+ * Writes (check = 0) or checks (check = 1) the pattern of it: 8-byte words, tmix64(key + offset),
  * over [0, 64), [size - 64, size) and one word every 4 KiB in between. Returns the first bad
  * offset, or SIZE_MAX.
  */
@@ -237,7 +228,7 @@ static size_t pattern(const item_t *it, int check)
     size_t head = it->size < HEAD ? it->size : HEAD;
     size_t tail = it->size > 2 * HEAD ? it->size - HEAD : head;
     for (size_t o = 0; o < it->size;) {
-        uint64_t v = mix64(it->key + o);
+        uint64_t v = tmix64(it->key + o);
         size_t n = it->size - o < 8 ? it->size - o : 8;
         if (check) {
             if (memcmp(it->p + o, &v, n) != 0)
@@ -260,7 +251,7 @@ static void check_pattern(const worker_t *w, const item_t *it)
 {
     size_t bad = pattern(it, 1);
     if (bad != SIZE_MAX) {
-        uint64_t want = mix64(it->key + bad), got = 0;
+        uint64_t want = tmix64(it->key + bad), got = 0;
         memcpy(&got, it->p + bad, it->size - bad < 8 ? it->size - bad : 8);
         die(w,
             "pattern broken at %p + %zu: allocation of %zu bytes%s by thread %u at its op %" PRIu64
@@ -307,7 +298,7 @@ static void alloc_item(worker_t *w, vpmm_stream_t stream, int graph, item_t *it)
     it->graph = graph;
     it->per_thread = is_per_thread(w->sh, stream);
     it->recorded = 0;
-    it->key = mix64(((uint64_t)w->id << 56) ^ (w->c.ops << 8) ^ mix64((uint64_t)(uintptr_t)p));
+    it->key = tmix64(((uint64_t)w->id << 56) ^ (w->c.ops << 8) ^ tmix64((uint64_t)(uintptr_t)p));
     pattern(it, 0);
     w->c.ops++;
     w->c.mallocs++;
@@ -668,7 +659,7 @@ static void transient_start(worker_t *w)
     w->c.transients++;
     *t = (worker_t){ .sh = w->sh,
                      .id = (unsigned)(NTHREADS * w->c.transients) + w->id,
-                     .rng = { mix64(trng_next(&w->rng)) | 1 } };
+                     .rng = { tmix64(trng_next(&w->rng)) | 1 } };
     if (pthread_create(&w->transient_tid, NULL, transient_main, t) != 0)
         die(w, "pthread_create of a short-lived thread failed");
     w->transient_alive = 1;
@@ -796,7 +787,7 @@ static void run(int per_thread)
     assert_int_equal(pthread_barrier_init(&sh.barrier, NULL, NTHREADS + 1), 0);
     for (unsigned i = 0; i < NTHREADS; i++) {
         assert_int_equal(pthread_mutex_init(&sh.box[i].mu, NULL), 0);
-        workers[i] = (worker_t){ .sh = &sh, .id = i, .rng = { mix64(sh.seed + i) | 1 } };
+        workers[i] = (worker_t){ .sh = &sh, .id = i, .rng = { tmix64(sh.seed + i) | 1 } };
         assert_int_equal(pthread_create(&tid[i], NULL, worker_main, &workers[i]), 0);
     }
     t0 = now_s();

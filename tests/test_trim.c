@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "graph_test_util.h"
 
 static size_t trim(tpool_t *t, size_t target)
 {
@@ -113,16 +113,16 @@ static void test_graph_pools(void **state)
     (void)state;
     tpool_open(&t, NULL);
     s = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, s, 0), VPMM_SUCCESS);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, s);
     keep = tmalloc(t.pool, 1 * MiB, s);
     a = tmalloc(t.pool, 6 * MiB, s);
     tfree(t.pool, a);
-    assert_int_equal(vpmm_capture_end(t.pool, s, &g), VPMM_SUCCESS);
+    g = tcapture_end(&t, s);
     assert_int_equal(trim(&t, 0), 0); /* pinned: its graph may use every page */
     assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
     assert_int_equal(trim(&t, 0), 6 * MiB); /* idle: its free pages go, keep's page stays */
-    assert_int_equal(vpmm_graph_pool_stats(gp, &gs), VPMM_SUCCESS);
+    gs = tgp_stats(gp);
     assert_int_equal(gs.mapped_bytes, 2 * MiB);
     assert_int_equal(gs.live_allocs, 1);
     tfree(t.pool, keep);
@@ -292,10 +292,10 @@ static void test_cap_tries_the_placement_that_creates_least(void **state)
     assert_int_equal(vpmm_trim(t.pool, 0, &released), VPMM_SUCCESS); /* page 5 becomes a hole */
     assert_int_equal(released, 2 * MiB);
     /* A graph takes the room left under the cap, in its own chunk (fresh memory). */
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, c, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, c);
     x = tmalloc(t.pool, 2 * MiB, c);
-    assert_int_equal(vpmm_capture_end(t.pool, c, &g), VPMM_SUCCESS);
+    g = tcapture_end(&t, c);
     assert_int_equal(tstats(t.pool).mapped_bytes, 22 * MiB);
     tfree(t.pool, a);
     tfree(t.pool, cc);
@@ -309,7 +309,7 @@ static void test_cap_tries_the_placement_that_creates_least(void **state)
     assert_driver_matches_pool(&t);
     tfree(t.pool, big);
     tfree(t.pool, x);
-    assert_int_equal(vpmm_host_graph_destroy(t.host, g), VPMM_DRV_OK);
+    tgraph_destroy(&t, g);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }

@@ -13,33 +13,7 @@
  */
 #include <string.h>
 
-#include "test_util.h"
-
-typedef struct find {
-    uintptr_t addr;
-    vpmm_region_info_t info;
-    int found;
-} find_t;
-
-static int find_visit(const vpmm_region_info_t *r, void *user)
-{
-    find_t *f = user;
-    if (f->addr >= r->addr && f->addr - r->addr < r->size) {
-        f->info = *r;
-        f->found = 1;
-        return 1;
-    }
-    return 0;
-}
-
-/* The region holding p, from the public walk. */
-static vpmm_region_info_t region_of(vpmm_pool_t *pool, void *p)
-{
-    find_t f = { (uintptr_t)p, { 0 }, 0 };
-    assert_int_equal(vpmm_pool_walk(pool, find_visit, &f), VPMM_SUCCESS);
-    assert_true(f.found);
-    return f.info;
-}
+#include "graph_test_util.h"
 
 static void record(tpool_t *t, void *p, vpmm_stream_t s)
 {
@@ -70,8 +44,8 @@ static void test_deferred_until_other_stream_done(void **state)
     records = vpmm_fault_calls(t.fault, VPMM_DRV_EVENT_RECORD);
     tfree(t.pool, x);
     assert_int_equal(vpmm_fault_calls(t.fault, VPMM_DRV_EVENT_RECORD), records + 1); /* B's gate */
-    assert_int_equal(region_of(t.pool, x).state, VPMM_REGION_FREE);
-    assert_false(region_of(t.pool, x).ready);
+    assert_int_equal(tregion_of(t.pool, x).state, VPMM_REGION_FREE);
+    assert_false(tregion_of(t.pool, x).ready);
     assert_int_equal(tstats(t.pool).free_bytes, 16 * MiB); /* counted as free memory */
 
     /* Nobody reuses it, its own stream included, not even through a slow path. */
@@ -148,10 +122,10 @@ static void test_gate_recorded_later(void **state)
     /* B is being captured at the free. */
     x = tmalloc(t.pool, 2 * MiB, a);
     record(&t, x, b);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
+    gp = tgp_create(&t);
     assert_int_equal(vpmm_capture_begin(t.pool, gp, b, VPMM_STREAM_CAPTURE_RELAXED), VPMM_SUCCESS);
     tfree(t.pool, x);
-    assert_int_equal(vpmm_capture_end(t.pool, b, &g), VPMM_SUCCESS);
+    g = tcapture_end(&t, b);
     slow_path(&t); /* B's gate recorded now; B has no work: released */
     y = tmalloc(t.pool, 2 * MiB, a);
     assert_ptr_equal(y, x);
@@ -165,7 +139,7 @@ static void test_gate_recorded_later(void **state)
     tfree(t.pool, x);
     assert_driver_matches_pool(&t);
     slow_path(&t); /* recorded now, not done yet */
-    assert_false(region_of(t.pool, x).ready);
+    assert_false(tregion_of(t.pool, x).ready);
     vpmm_host_complete(t.host, b);
     slow_path(&t);
     y = tmalloc(t.pool, 2 * MiB, a);
@@ -190,15 +164,15 @@ static void test_graph_pool_deferred(void **state)
     tpool_open(&t, NULL);
     a = vpmm_host_stream_create(t.host);
     b = vpmm_host_stream_create(t.host);
-    assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, a, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, a);
     out = tmalloc(t.pool, 64 * KiB, a);
-    assert_int_equal(vpmm_capture_end(t.pool, a, &g1), VPMM_SUCCESS);
-    assert_int_equal(vpmm_checkpoint_take(gp, &ck), VPMM_SUCCESS);
+    g1 = tcapture_end(&t, a);
+    ck = tcheckpoint_take(gp);
     record(&t, out, b); /* G1's output read on B */
-    assert_int_equal(vpmm_capture_begin(t.pool, gp, a, VPMM_STREAM_CAPTURE_GLOBAL), VPMM_SUCCESS);
+    tcapture_begin(&t, gp, a);
     tmp = tmalloc(t.pool, 64 * KiB, a);
-    assert_int_equal(vpmm_capture_end(t.pool, a, &g2), VPMM_SUCCESS);
+    g2 = tcapture_end(&t, a);
     vpmm_host_enqueue(t.host, b);
     record(&t, tmp, b);
     tfree(t.pool, tmp); /* deferred: B may still read it */
@@ -211,14 +185,14 @@ static void test_graph_pool_deferred(void **state)
     /* out survived the reapply with its use: freed, it is deferred again while B works. */
     vpmm_host_enqueue(t.host, b);
     tfree(t.pool, out);
-    assert_false(region_of(t.pool, out).ready);
+    assert_false(tregion_of(t.pool, out).ready);
     /* Graphs gone: the graph pool dissolves with the deferred free in it. */
     vpmm_checkpoint_destroy(ck);
     assert_int_equal(vpmm_graph_destroy(t.pool, g1), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_destroy(t.pool, g2), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     CHECK_POOL(t.pool);
-    assert_int_equal(region_of(t.pool, out).pool, 0);
+    assert_int_equal(tregion_of(t.pool, out).pool, 0);
     vpmm_host_complete(t.host, b);
     assert_int_equal(vpmm_trim(t.pool, 0, NULL), VPMM_SUCCESS);
     assert_int_equal(tstats(t.pool).mapped_bytes, 0); /* released, then given back */

@@ -123,6 +123,32 @@ size_t toff(vpmm_pool_t *pool, void *ptr)
     return (size_t)((uintptr_t)ptr - first_base);
 }
 
+typedef struct find_q {
+    uintptr_t addr;
+    vpmm_region_info_t info;
+    int found;
+} find_q_t;
+
+static int find_visit(const vpmm_region_info_t *r, void *user)
+{
+    find_q_t *q = user;
+    if (q->addr >= r->addr && q->addr - r->addr < r->size) {
+        q->info = *r;
+        q->found = 1;
+        return 1;
+    }
+    return 0;
+}
+
+vpmm_region_info_t tregion_of(vpmm_pool_t *pool, const void *ptr)
+{
+    find_q_t q = { (uintptr_t)ptr, { 0 }, 0 };
+    assert_int_equal(vpmm_pool_walk(pool, find_visit, &q), VPMM_SUCCESS);
+    if (!q.found)
+        fail_msg("%p is in no region of the pool", ptr);
+    return q.info;
+}
+
 static int hash_region(const vpmm_region_info_t *r, void *user)
 {
     tsnap_t *s = user;
@@ -170,6 +196,42 @@ void assert_driver_matches_pool(const tpool_t *t)
     assert_int_equal(live.mappings, p->phys_count + zombie_maps);
     assert_int_equal(live.reservations, p->chunk_count);
     assert_int_equal(live.events, events);
+}
+
+static unsigned fault_tally[VPMM_DRV_ENTRY_COUNT];
+
+void tfault_note(const char *call)
+{
+    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
+        if (call && strcmp(call, vpmm_drv_entry_name((vpmm_drv_entry_t)e)) == 0)
+            fault_tally[e]++;
+}
+
+int tfault_settle(vpmm_driver_t *fault)
+{
+    int injected = vpmm_fault_injected(fault) > 0;
+    if (injected)
+        tfault_note(fault->last_call);
+    vpmm_fault_clear(fault);
+    return injected;
+}
+
+void tfault_sweep(const char *name, tfault_run_t run, const void *scenario, vpmm_dres_t result)
+{
+    uint64_t k = 1;
+    while (run(scenario, k, result))
+        k++;
+    print_message("%-42s %3llu call sites failed in turn\n", name, (unsigned long long)(k - 1));
+}
+
+void tfault_assert_covered(const vpmm_drv_entry_t *used, size_t n)
+{
+    for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
+        print_message("  %-32s failed %u times\n", vpmm_drv_entry_name((vpmm_drv_entry_t)e),
+                      fault_tally[e]);
+    for (size_t i = 0; i < n; i++)
+        if (fault_tally[used[i]] == 0)
+            fail_msg("%s was never failed", vpmm_drv_entry_name(used[i]));
 }
 
 extern char **environ; /* POSIX: the program declares it */

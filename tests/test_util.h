@@ -4,7 +4,8 @@
  * A test pool runs on the host backend wrapped in the fault decorator, so every test can drive
  * streams (vpmm_host_*), count driver calls and inject failures (vpmm_fault_*), and assert after
  * every mutation that the pool's invariants hold (CHECK_POOL). tpool_close destroys the pool and
- * asserts that no handle, mapping, reservation or event is left behind.
+ * asserts that no handle, mapping, reservation or event is left behind. Random numbers: the one
+ * seeded generator of test_rng.h, included here; graph pools and captures: graph_test_util.h.
  */
 #ifndef VPMM_TEST_UTIL_H
 #define VPMM_TEST_UTIL_H
@@ -19,6 +20,7 @@
 #include "driver_fault.h"
 #include "driver_host.h"
 #include "pool.h"
+#include "test_rng.h"
 #include "vpmm.h"
 
 #define KiB ((size_t)1 << 10)
@@ -92,20 +94,22 @@ vpmm_stats_t tstats(vpmm_pool_t *pool);
 /* Offset of an address from the first chunk's base (in bytes). */
 size_t toff(vpmm_pool_t *pool, void *ptr);
 
-/* A small deterministic PRNG (xorshift64*), so every random test is reproducible from its seed. */
-typedef struct trng {
-    uint64_t s;
-} trng_t;
-static inline uint64_t trng_next(trng_t *r)
-{
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545F4914F6CDD1DULL;
-}
-static inline uint64_t trng_below(trng_t *r, uint64_t n)
-{
-    return trng_next(r) % n;
-}
+/* The region holding ptr, from the public walk (asserts there is one). */
+vpmm_region_info_t tregion_of(vpmm_pool_t *pool, const void *ptr);
+
+/*
+ * Fault sweeps (test_faults.c, test_graph_faults.c): a step runs again and again on a fresh pool,
+ * failing its 1st, 2nd, 3rd ... driver call, until a run makes no call that could be failed.
+ * run(scenario, k, result) makes the run that fails call k with result, and returns whether a
+ * failure was injected (tfault_settle). The entry points failed are tallied for the process;
+ * tfault_assert_covered prints the tally and fails for each entry of used[] never failed.
+ */
+typedef int (*tfault_run_t)(const void *scenario, uint64_t k, vpmm_dres_t result);
+void tfault_sweep(const char *name, tfault_run_t run, const void *scenario, vpmm_dres_t result);
+/* After the step: whether a failure was injected (then its entry is tallied); clears the faults. */
+int tfault_settle(vpmm_driver_t *fault);
+/* Tallies a failure of the entry named call (vpmm_drv_entry_name) made outside a sweep. */
+void tfault_note(const char *call);
+void tfault_assert_covered(const vpmm_drv_entry_t *used, size_t n);
 
 #endif /* VPMM_TEST_UTIL_H */

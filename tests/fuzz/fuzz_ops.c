@@ -153,6 +153,7 @@
 #include "driver_host.h"
 #include "fuzz_ops.h"
 #include "pool.h"
+#include "test_rng.h"
 #include "vpmm.h"
 
 #define KiB ((size_t)1 << 10)
@@ -980,15 +981,6 @@ static void stream_order_check(fz_t *z)
 
 /* ---- the tracked allocations ---------------------------------------------------------------- */
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 static void stamp_write(const live_t *l)
 {
     memcpy(l->p, &l->stamp, l->size < 8 ? l->size : 8);
@@ -1058,7 +1050,7 @@ static void live_add(fz_t *z, void *ptr, size_t size, uint16_t serial, const cha
     l->own_gone = 0;
     l->strm = alloc_strm(z, a);
     l->nuses = 0;
-    l->stamp = mix(((uint64_t)z->cfg << 48) ^ ((uint64_t)serial << 32) ^ z->nop ^ a);
+    l->stamp = tmix64(((uint64_t)z->cfg << 48) ^ ((uint64_t)serial << 32) ^ z->nop ^ a);
     stamp_write(l);
 }
 
