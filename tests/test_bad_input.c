@@ -23,8 +23,8 @@
  * src/; they stay as regression tests.
  *
  * Environment rows run between tenv_clear (test_util.c), which unsets every library knob and any
- * unknown VPMM_* name, so no row sees another's settings or the caller's shell. Single-threaded, like every core test (one
- * row makes its calls on a second thread, one at a time).
+ * unknown VPMM_* name, so no row sees another's settings or the caller's shell. Single-threaded,
+ * like every core test (one row makes its calls on a second thread, one at a time).
  */
 #include <pthread.h>
 #include <stdio.h>
