@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """test_env_names.py — the one list of vpmm's VPMM_* environment variables stays the truth.
 
-vpmm_pool_create refuses any VPMM_* name that is not in vpmm_i_env_vars (src/options.c), so that a
+vpmm_pool_create refuses any VPMM_* name that is not in vpmm_i_env_vars (src/core/options.c), so that a
 misspelled knob never goes unnoticed; README.md's knob table documents the same names. This test
 reads the sources and checks that:
-  - the table in src/options.c and the README's knob table name the same variables;
+  - the table in src/core/options.c and the README's knob table name the same variables;
   - the library's knobs (rows without a reader) are exactly the names the library reads
-    (the "VPMM_..." string literals of src/, graph/ and checkpoint/, outside the table);
+    (the "VPMM_..." string literals of src/, outside the table);
   - every VPMM_* variable a test, tool, sample or integration reads or sets (getenv, env_u64,
     os.environ, $VPMM_X / VPMM_X= in scripts; CMake's options, as -DVPMM_NVTX=OFF, are not
     environment variables) is in the table, and each row's reader file names it.
@@ -38,9 +38,9 @@ def sources(exts):
 
 def table():
     """{name: reader or None} from vpmm_i_env_vars, and options.c without the table."""
-    text = read("src/options.c")
+    text = read("src/core/options.c")
     m = re.search(r"const vpmm_env_var_t vpmm_i_env_vars\[\] = \{(.*?)\n\};", text, re.S)
-    assert m, "vpmm_i_env_vars not found in src/options.c"
+    assert m, "vpmm_i_env_vars not found in src/core/options.c"
     rows = {}
     for name, reader in re.findall(r'\{\s*"(%s)",\s*(NULL|"[^"]*")\s*\}' % NAME, m.group(1)):
         rows[name] = None if reader == "NULL" else reader.strip('"')
@@ -64,14 +64,14 @@ class EnvNames(unittest.TestCase):
 
     def test_table_matches_readme(self):
         self.assertEqual(set(self.rows), readme_names(),
-                         "src/options.c's vpmm_i_env_vars and README.md's knob table differ")
+                         "src/core/options.c's vpmm_i_env_vars and README.md's knob table differ")
 
     def test_knobs_are_what_the_library_reads(self):
         read_by_lib = set()
         for rel, path in sources((".c", ".h")):
             if not rel.startswith(("src/", "graph/", "checkpoint/")):
                 continue
-            text = self.options_rest if rel == "src/options.c" else read(rel)
+            text = self.options_rest if rel == "src/core/options.c" else read(rel)
             read_by_lib.update(re.findall(r'(?:getenv|env_number)\(\s*"(%s)"' % NAME, text))
         knobs = {n for n, reader in self.rows.items() if reader is None}
         self.assertEqual(knobs, read_by_lib)
@@ -99,7 +99,7 @@ class EnvNames(unittest.TestCase):
                         if name not in self.rows and name not in cmake_options:
                             missing.setdefault(name, set()).add(rel)
         self.assertEqual(missing, {}, "VPMM_* variables missing from vpmm_i_env_vars "
-                         "(src/options.c) and README.md's knob table")
+                         "(src/core/options.c) and README.md's knob table")
 
     def test_readers_name_their_variables(self):
         for name, reader in self.rows.items():

@@ -1,0 +1,64 @@
+/*
+ * create.c — the API floor's pool creation: resolves the options, opens the backend the options
+ * name (the backend factory: the only file above the backends that knows them) and hands the
+ * driver to the core (vpmm_i_pool_create_on), with graph/'s hooks when graph/ is built in
+ * (VPMM_WITH_GRAPHS). Stateless; thread-safe as the calls it makes.
+ */
+#include <stdio.h>
+
+#include "api.h"
+#include "driver_host.h"
+#include "pool.h"
+
+/*
+ * The CUDA backend found nothing to run on. Never a silent switch to host memory: say why, and
+ * how to ask for the emulation.
+ */
+static void set_no_device_error(int device)
+{
+    char why[96];
+    vpmm_driver_cuda_load_error(why, sizeof why);
+    if (why[0] == '\0')
+        snprintf(why, sizeof why, "device %d absent: the driver sees %d", device,
+                 vpmm_driver_cuda_device_count());
+    vpmm_i_set_error("no CUDA device or driver found (%s); VPMM_BACKEND=host (or config.backend = "
+                     "VPMM_BACKEND_HOST) selects the host emulation",
+                     why);
+}
+
+static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
+{
+    vpmm_host_options_t host = { .memory_limit = opt->host_memory,
+                                 .per_thread_default_stream = opt->per_thread_default };
+    vpmm_dres_t r;
+
+    if (opt->backend == VPMM_BACKEND_HOST) {
+        r = vpmm_host_open(&host, out);
+        if (r != VPMM_DRV_OK)
+            vpmm_i_set_error("the host backend could not start (error %d)", (int)r);
+        return vpmm_i_status_from_dres(r);
+    }
+    r = vpmm_driver_cuda_open(opt->device, out);
+    if (r == VPMM_DRV_NO_DEVICE)
+        set_no_device_error(opt->device);
+    else if (r == VPMM_DRV_NOT_SUPPORTED)
+        vpmm_i_set_error("the CUDA device does not support virtual memory management");
+    else if (r != VPMM_DRV_OK)
+        vpmm_i_set_error("the CUDA backend could not start (error %d)", (int)r);
+    return vpmm_i_status_from_dres(r);
+}
+
+vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_pool)
+{
+    vpmm_options_t opt;
+    vpmm_driver_t *drv;
+    if (out_pool == NULL) {
+        vpmm_i_set_error("vpmm_pool_create: out_pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out_pool = NULL;
+    VPMM_CHECK(vpmm_i_options_resolve(config, &opt));
+    VPMM_CHECK(open_driver(&opt, &drv));
+    return vpmm_i_pool_create_on(&opt, drv, 1, out_pool);
+}
+
