@@ -50,7 +50,7 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     }
     t->fault = fault;
     t->host = vpmm_fault_inner(fault);
-    st = vpmm_i_pool_create_on(&opt, fault, 0, &t->pool);
+    st = vpmm_a_pool_create_on(&opt, fault, 0, &t->pool);
     if (st == VPMM_SUCCESS)
         CHECK_POOL(t->pool);
     return st;

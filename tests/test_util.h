@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "api.h"
 #include "driver_fault.h"
 #include "driver_host.h"
 #include "pool.h"

@@ -8,7 +8,12 @@
 
 #include "api.h"
 #include "driver_host.h"
-#include "pool.h"
+#ifdef VPMM_HAVE_GRAPHS
+#include "graph.h"
+#define GRAPH_HOOKS (&vpmm_g_hooks)
+#else
+#define GRAPH_HOOKS NULL
+#endif
 
 /*
  * The CUDA backend found nothing to run on. Never a silent switch to host memory: say why, and
@@ -59,6 +64,11 @@ vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_po
     *out_pool = NULL;
     VPMM_CHECK(vpmm_i_options_resolve(config, &opt));
     VPMM_CHECK(open_driver(&opt, &drv));
-    return vpmm_i_pool_create_on(&opt, drv, 1, out_pool);
+    return vpmm_i_pool_create_on(&opt, drv, 1, GRAPH_HOOKS, out_pool);
 }
 
+vpmm_status_t vpmm_a_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
+                                    vpmm_pool_t **out)
+{
+    return vpmm_i_pool_create_on(opt, drv, owns_drv, GRAPH_HOOKS, out);
+}

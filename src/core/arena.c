@@ -246,7 +246,7 @@ static int capturing_into(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_strm_t *s)
         return 0;
     if (p->drv->capture_info(p->drv, s->handle, &cap, &id, NULL) != VPMM_DRV_OK)
         return 0; /* then the marker rule applies: later, never earlier */
-    return cap != VPMM_CAPTURE_NONE && vpmm_g_capture_arena(p, id) == a;
+    return cap != VPMM_CAPTURE_NONE && vpmm_i_graphs_capture_arena(p, id) == a;
 }
 
 void vpmm_i_arena_free(vpmm_pool_t *p, vpmm_region_t *r)

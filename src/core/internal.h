@@ -4,12 +4,13 @@
  *
  * Those layers never see the core's structs: arenas, streams and regions are opaque here, and
  * everything they do to the pool goes through the functions below, each under the pool lock
- * (vpmm_i_lock) unless it says otherwise. In the other direction the core calls graph/ through
- * the four vpmm_g_* hooks at the end, so that a capture is routed, a destroyed graph's pool is
- * returned, and a pool with graph pools is not torn down.
+ * (vpmm_i_lock) unless it says otherwise. The core never calls graph/ by name: it calls the hook
+ * table at the end (vpmm_graph_hooks_t), which the core owns and graph/ fills, so that a capture
+ * is routed, a destroyed graph's pool is returned, and a pool with graph pools is not torn down.
+ * Without graph/ (VPMM_WITH_GRAPHS=OFF) the table is NULL.
  *
- *   core (src/)  --arena, view, rewrite-->  graph/, checkpoint/
- *                <------- vpmm_g_* --------
+ *   graph/, checkpoint/  --arena, view, rewrite-->  core/
+ *   core/                --p->ghooks (NULL: none)-->  graph/'s table
  */
 #ifndef VPMM_INTERNAL_H
 #define VPMM_INTERNAL_H
@@ -34,7 +35,7 @@ void vpmm_i_unlock(const vpmm_pool_t *p);
 vpmm_driver_t *vpmm_i_pool_driver(const vpmm_pool_t *p);
 /* Turns a driver result into a status, remembering the raw error and explaining it. */
 vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r);
-/* graph/'s per-pool state (NULL until graph/ first stores one; freed by vpmm_g_fini). */
+/* graph/'s per-pool state (NULL until graph/ first stores one; freed by the fini hook). */
 struct vpmm_graphs **vpmm_i_pool_graphs(vpmm_pool_t *p);
 /*
  * A stream's identity. A handle alone is not one: VPMM_STREAM_PER_THREAD (and stream 0 in a
@@ -189,30 +190,39 @@ static inline void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
 #endif
 
 /* vpmm_malloc's work (validation, capture query, trace line, out-of-memory report), from graph
- * pool gp when it is not NULL (vpmm_graph_pool_malloc; served by vpmm_g_malloc_into). */
+ * pool gp when it is not NULL (vpmm_graph_pool_malloc; served by the malloc_into hook). */
 vpmm_status_t vpmm_i_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, const char *fn, size_t size,
                                  vpmm_stream_t stream, void **out_ptr);
 
-/* ---- hooks: the core calls graph/ -------------------------------------------------------- */
+/* ---- hooks: the core calls graph/ through a table it owns ---------------------------------- */
 
-/* vpmm_malloc on a stream that is being captured (capture_id): serve it from the capture's
- * graph pool. Under the pool lock. */
-vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
+/*
+ * graph/'s entry points for the core, set per pool at creation (vpmm_i_pool_create_on; the API
+ * floor passes graph/'s table, vpmm_g_hooks, when graph/ is built in). NULL: no graph support
+ * (VPMM_WITH_GRAPHS=OFF): captured mallocs fail with VPMM_ERROR_NOT_SUPPORTED, the rest is a
+ * no-op. The core never names a graph/ function: this table is its only way up. Every hook runs
+ * under the pool lock.
+ */
+typedef struct vpmm_graph_hooks {
+    /* vpmm_malloc on a stream that is being captured (capture_id): serve it from the capture's
+     * graph pool. */
+    vpmm_status_t (*malloc)(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
                             size_t size, void **out_ptr);
-/* vpmm_graph_pool_malloc: serve the allocation from gp; when stream is part of a capture
- * (capturing, capture_id), that capture must be gp's (registered with gp now if vpmm has not
- * seen it yet), else VPMM_ERROR_WRONG_POOL. Under the pool lock. */
-vpmm_status_t vpmm_g_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_stream_key_t stream,
+    /* vpmm_graph_pool_malloc: serve the allocation from gp; when stream is part of a capture
+     * (capturing, capture_id), that capture must be gp's (registered with gp now if vpmm has
+     * not seen it yet), else VPMM_ERROR_WRONG_POOL. */
+    vpmm_status_t (*malloc_into)(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_stream_key_t stream,
                                  int capturing, uint64_t capture_id, size_t size, void **out_ptr);
-/* The arena capture_id allocates from, or NULL (a free during a capture asks). */
-vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id);
-/* Returns the pages of graph pools whose last graph and handle are gone, and notices captures
- * that ended outside vpmm. Cheap when nothing happened. Under the pool lock. */
-void vpmm_g_collect(vpmm_pool_t *p);
-/* Pool destruction: VPMM_SUCCESS when no graph pool is left (graph/'s state freed), else
- * VPMM_ERROR_POOL_BUSY with the reason set. Under the pool lock. */
-vpmm_status_t vpmm_g_fini(vpmm_pool_t *p);
-/* vpmm_stream_release: captures seen on stream are over (the stream is going away). */
-void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream);
+    /* The arena capture_id allocates from, or NULL (a free during a capture asks). */
+    vpmm_arena_t *(*capture_arena)(vpmm_pool_t *p, uint64_t capture_id);
+    /* Returns the pages of graph pools whose last graph and handle are gone, and notices
+     * captures that ended outside vpmm. Cheap when nothing happened. */
+    void (*collect)(vpmm_pool_t *p);
+    /* Pool destruction: VPMM_SUCCESS when no graph pool is left (graph/'s state freed), else
+     * VPMM_ERROR_POOL_BUSY with the reason set. */
+    vpmm_status_t (*fini)(vpmm_pool_t *p);
+    /* vpmm_stream_release: captures seen on stream are over (the stream is going away). */
+    void (*stream_released)(vpmm_pool_t *p, vpmm_stream_key_t stream);
+} vpmm_graph_hooks_t;
 
 #endif /* VPMM_INTERNAL_H */

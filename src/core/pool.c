@@ -11,10 +11,10 @@
  *   1c  best fit among other streams' pending memory, with a GPU-side wait;
  *    2  defragment / grow: map pages into a hole (policy.c decides, defrag.c executes).
  * A stream that is being captured into a CUDA graph is served by its capture's graph pool
- * instead (graph/ routes it, arena.c allocates); the shared pool never serves a capture.
- * vpmm_free puts the block into its stream's exact-size cache (cache.c: no coalescing until a slow
- * path or until the cache reaches opt.cache_percent of mapped memory), else frees and coalesces;
- * a graph pool's block goes back to its graph pool (arena.c).
+ * instead (graph/ routes it, reached through the hook table p->ghooks; arena.c allocates); the
+ * shared pool never serves a capture. vpmm_free puts the block into its stream's exact-size cache
+ * (cache.c: no coalescing until a slow path or until the cache reaches opt.cache_percent of mapped
+ * memory), else frees and coalesces; a graph pool's block goes back to its graph pool (arena.c).
  * Every public call takes the pool lock for its whole duration (thread-safe, one at a time).
  * Invariants (pool.h) are checked by vpmm_pool_check (check.c).
  */
@@ -164,7 +164,7 @@ static vpmm_status_t pool_teardown(vpmm_pool_t *p)
 }
 
 vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
-                                    vpmm_pool_t **out)
+                                    const vpmm_graph_hooks_t *ghooks, vpmm_pool_t **out)
 {
     vpmm_pool_t *p;
     vpmm_chunk_t *c;
@@ -186,6 +186,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     }
     p->drv = drv;
     p->owns_drv = owns_drv;
+    p->ghooks = ghooks;
     p->opt = *opt;
     p->granularity = gran;
     vpmm_lock_init(&p->lock);
@@ -228,7 +229,7 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
     vpmm_i_lock(pool);
     /* Graph pools first: a graph destroyed just before returns its pages (and their live
      * allocations) to the shared pool, which the live-allocation test then sees. */
-    st = vpmm_g_fini(pool);
+    st = vpmm_i_graphs_fini(pool);
     if (st == VPMM_SUCCESS && pool->c.live_allocs > 0) {
         vpmm_i_set_error("vpmm_pool_destroy: %llu allocations are still live",
                          (unsigned long long)pool->c.live_allocs);
@@ -271,7 +272,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
 
     p->oom_cause = VPMM_OOM_DEVICE; /* unless the cap or the address space says otherwise */
     /* Graph pools whose graphs are all gone give their pages back first. */
-    vpmm_g_collect(p);
+    vpmm_i_graphs_collect(p);
     /* Everything below must see fully coalesced memory: no region stays cached. */
     vpmm_i_cache_flush_all(p);
     r = vpmm_i_fit_nowait(p, s, rsize);
@@ -379,14 +380,20 @@ vpmm_status_t vpmm_i_malloc_into(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, const
     st = vpmm_i_drv_status(pool, dres);
     if (st != VPMM_SUCCESS)
         goto out;
-    if (VPMM_UNLIKELY(gp != NULL)) {
-        /* A graph pool named by the caller (graph/ checks it against a capture). */
-        st = vpmm_g_malloc_into(pool, gp, key, cap != VPMM_CAPTURE_NONE, capture_id, size, out_ptr);
-        goto out;
-    }
-    if (VPMM_UNLIKELY(cap != VPMM_CAPTURE_NONE)) {
-        /* A capture: its graph pool serves it (graph/), never the shared pool. */
-        st = vpmm_g_malloc(pool, key, capture_id, size, out_ptr);
+    if (VPMM_UNLIKELY(gp != NULL || cap != VPMM_CAPTURE_NONE)) {
+        if (pool->ghooks == NULL) {
+            vpmm_i_set_error("%s: the stream is being captured, and this vpmm was built without "
+                             "graph support (VPMM_WITH_GRAPHS=OFF)",
+                             fn);
+            st = VPMM_ERROR_NOT_SUPPORTED;
+        } else if (gp != NULL) {
+            /* A graph pool named by the caller (graph/ checks it against a capture). */
+            st = pool->ghooks->malloc_into(pool, gp, key, cap != VPMM_CAPTURE_NONE, capture_id,
+                                           size, out_ptr);
+        } else {
+            /* A capture: its graph pool serves it (graph/), never the shared pool. */
+            st = pool->ghooks->malloc(pool, key, capture_id, size, out_ptr);
+        }
         goto out;
     }
     s = vpmm_i_stream_get(pool, key);
@@ -512,7 +519,7 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
         vpmm_i_unlock(pool);
         return st;
     }
-    vpmm_g_stream_released(pool, key);
+    vpmm_i_graphs_stream_released(pool, key);
     for (s = pool->streams; s && !vpmm_i_stream_key_equal(vpmm_i_stream_key_of(s), key);
          s = s->next)
         ;

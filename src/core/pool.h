@@ -219,6 +219,7 @@ struct vpmm_pool {
     size_t private_count;
     unsigned captures;          /* captures in progress, all arenas (the sum of their `captures`) */
     struct vpmm_graphs *graphs; /* graph/'s state (graph pools, captures); NULL until used */
+    const vpmm_graph_hooks_t *ghooks; /* graph/'s entry points (internal.h); NULL: none */
     vpmm_region_t *zombie_head, *zombie_tail;
     vpmm_region_t *deferred_head, *deferred_tail; /* deferred FREE regions (uses.c) */
     vpmm_hmap_t allocs;                           /* address -> ALLOCATED region */
@@ -261,10 +262,35 @@ struct vpmm_pool {
 
 /*
  * Creates a pool on an already opened driver (tests pass host or fault-injecting drivers this
- * way). owns_drv: close the driver with the pool (also when creation fails).
+ * way). owns_drv: close the driver with the pool (also when creation fails). ghooks: graph/'s
+ * table (NULL: no graph support); the API floor's vpmm_a_pool_create_on passes the built-in one.
  */
 vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
-                                    vpmm_pool_t **out);
+                                    const vpmm_graph_hooks_t *ghooks, vpmm_pool_t **out);
+
+/* The graph hooks the core calls, each a no-op without graph/ (all slow paths: one pointer test).
+ * The captured malloc hooks are called in pool.c, which refuses them without graph/. */
+static inline void vpmm_i_graphs_collect(vpmm_pool_t *p)
+{
+    if (p->ghooks != NULL)
+        p->ghooks->collect(p);
+}
+
+static inline vpmm_status_t vpmm_i_graphs_fini(vpmm_pool_t *p)
+{
+    return p->ghooks != NULL ? p->ghooks->fini(p) : VPMM_SUCCESS;
+}
+
+static inline void vpmm_i_graphs_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream)
+{
+    if (p->ghooks != NULL)
+        p->ghooks->stream_released(p, stream);
+}
+
+static inline vpmm_arena_t *vpmm_i_graphs_capture_arena(vpmm_pool_t *p, uint64_t capture_id)
+{
+    return p->ghooks != NULL ? p->ghooks->capture_arena(p, capture_id) : NULL;
+}
 
 /* ---- other streams' uses, deferred frees (uses.c) ------------------------------------------ */
 

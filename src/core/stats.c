@@ -20,7 +20,7 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
     }
     vpmm_i_lock(pool);
     /* Graph pools whose graphs CUDA has just let go of count as returned from now on. */
-    vpmm_g_collect((vpmm_pool_t *)pool);
+    vpmm_i_graphs_collect((vpmm_pool_t *)pool);
     c = &pool->c;
     for (const vpmm_arena_t *a = pool->privates; a; a = a->next) {
         private_mapped += a->c.allocated_bytes + a->c.free_bytes;

@@ -136,7 +136,7 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
     }
     vpmm_i_lock(pool);
     before = pool->c.mapped_bytes;
-    vpmm_g_collect(pool);
+    vpmm_i_graphs_collect(pool);
     vpmm_i_reclaim_zombies(pool, 1);
     /* Every free page is wanted: other threads' per-thread streams get their markers too. */
     vpmm_i_stream_mark_foreign(pool);

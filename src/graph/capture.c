@@ -19,99 +19,6 @@
 
 #include "graph.h"
 
-vpmm_capture_rec_t *vpmm_cap_find(vpmm_graphs_t *g, uint64_t id)
-{
-    for (vpmm_capture_rec_t *r = g->captures; r; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
-}
-
-int vpmm_cap_uses(const vpmm_graphs_t *g, const vpmm_graph_pool_t *gp)
-{
-    for (const vpmm_capture_rec_t *r = g->captures; r; r = r->next)
-        if (r->gp == gp)
-            return 1;
-    return 0;
-}
-
-/* Unlinks and frees rec; its graph pool learns that one capture into it is over. */
-static void record_end(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_capture_rec_t *rec)
-{
-    vpmm_capture_rec_t **link;
-    vpmm_graph_pool_t *gp = rec->gp;
-    for (link = &g->captures; *link != rec; link = &(*link)->next)
-        ;
-    *link = rec->next;
-    free(rec);
-    vpmm_i_arena_capture_ended(p, gp->arena);
-    vpmm_gp_reap(p, gp);
-}
-
-/*
- * Starts serving capture `id` (of which stream is a part, graph its graph) from gp, or from a
- * new graph pool when gp is NULL. All or nothing.
- */
-static vpmm_status_t record_new(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp,
-                                vpmm_stream_key_t stream, uint64_t id, vpmm_graph_t graph,
-                                vpmm_capture_rec_t **out)
-{
-    vpmm_capture_rec_t *rec = calloc(1, sizeof *rec);
-    vpmm_status_t st;
-    int fresh = gp == NULL;
-
-    if (rec == NULL) {
-        vpmm_i_set_error("out of host memory for a capture record");
-        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    }
-    if (fresh && (st = vpmm_gp_new(p, 0, &gp)) != VPMM_SUCCESS)
-        goto fail;
-    st = vpmm_gp_attach(p, gp, graph);
-    if (st != VPMM_SUCCESS) {
-        if (fresh)
-            vpmm_gp_reap(p, gp); /* or, if a destructor is due, the next collect */
-        goto fail;
-    }
-    rec->id = id;
-    rec->gp = gp;
-    rec->stream = stream;
-    rec->next = g->captures;
-    g->captures = rec;
-    vpmm_i_arena_capture_begun(p, gp->arena);
-    *out = rec;
-    return VPMM_SUCCESS;
-fail:
-    free(rec);
-    return st;
-}
-
-void vpmm_cap_refresh(vpmm_pool_t *p, vpmm_graphs_t *g)
-{
-    vpmm_driver_t *d = vpmm_i_pool_driver(p);
-    vpmm_capture_rec_t *rec = g->captures, *next;
-    for (; rec; rec = next) {
-        vpmm_capture_status_t cap;
-        uint64_t id;
-        next = rec->next;
-        if (!vpmm_i_stream_key_here(rec->stream))
-            continue; /* another thread's per-thread stream: that thread will see */
-        if (d->capture_info(d, rec->stream.handle, &cap, &id, NULL) != VPMM_DRV_OK)
-            continue; /* not knowing means not over */
-        if (cap == VPMM_CAPTURE_NONE || id != rec->id)
-            record_end(p, g, rec);
-    }
-}
-
-void vpmm_cap_end_all_of(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp)
-{
-    vpmm_capture_rec_t *rec = g->captures, *next;
-    for (; rec; rec = next) {
-        next = rec->next;
-        if (rec->gp == gp)
-            record_end(p, g, rec);
-    }
-}
-
 /* ---- hooks -------------------------------------------------------------------------------- */
 
 /* The record of the capture stream is in (status and id already known), made if new: served by
@@ -134,11 +41,11 @@ static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_poo
                          (void *)stream.handle, (unsigned long long)id);
         return VPMM_ERROR_NOT_CAPTURING;
     }
-    return record_new(p, g, gp, stream, id, graph, out);
+    return vpmm_cap_new(p, g, gp, stream, id, graph, out);
 }
 
-vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
-                            size_t size, void **out_ptr)
+static vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
+                                   size_t size, void **out_ptr)
 {
     vpmm_graphs_t *g = vpmm_gp_state(p);
     vpmm_capture_rec_t *rec;
@@ -148,8 +55,9 @@ vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t c
     return vpmm_i_arena_malloc(p, rec->gp->arena, stream, size, out_ptr);
 }
 
-vpmm_status_t vpmm_g_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_stream_key_t stream,
-                                 int capturing, uint64_t capture_id, size_t size, void **out_ptr)
+static vpmm_status_t vpmm_g_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp,
+                                        vpmm_stream_key_t stream, int capturing,
+                                        uint64_t capture_id, size_t size, void **out_ptr)
 {
     if (capturing) {
         vpmm_graphs_t *g = vpmm_gp_state(p);
@@ -177,14 +85,14 @@ vpmm_status_t vpmm_graph_pool_malloc(vpmm_graph_pool_t *gp, size_t size, vpmm_st
     return vpmm_i_malloc_into(gp->pool, gp, "vpmm_graph_pool_malloc", size, stream, out_ptr);
 }
 
-vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id)
+static vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id)
 {
     vpmm_graphs_t *g = *vpmm_i_pool_graphs(p);
     vpmm_capture_rec_t *rec = g ? vpmm_cap_find(g, capture_id) : NULL;
     return rec ? rec->gp->arena : NULL;
 }
 
-void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream)
+static void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream)
 {
     vpmm_graphs_t *g = *vpmm_i_pool_graphs(p);
     vpmm_capture_rec_t *rec, *next;
@@ -193,9 +101,18 @@ void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream)
     for (rec = g->captures; rec; rec = next) {
         next = rec->next;
         if (vpmm_i_stream_key_equal(rec->stream, stream))
-            record_end(p, g, rec); /* the stream goes away: never query it again */
+            vpmm_cap_end(p, g, rec); /* the stream goes away: never query it again */
     }
 }
+
+const vpmm_graph_hooks_t vpmm_g_hooks = {
+    .malloc = vpmm_g_malloc,
+    .malloc_into = vpmm_g_malloc_into,
+    .capture_arena = vpmm_g_capture_arena,
+    .collect = vpmm_g_collect,
+    .fini = vpmm_g_fini,
+    .stream_released = vpmm_g_stream_released,
+};
 
 /* ---- public calls ------------------------------------------------------------------------- */
 
@@ -289,7 +206,7 @@ vpmm_status_t vpmm_capture_begin(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vpmm_
     if (st == VPMM_SUCCESS) {
         st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
         if (st == VPMM_SUCCESS)
-            st = record_new(pool, g, gp, key, id, graph, &rec);
+            st = vpmm_cap_new(pool, g, gp, key, id, graph, &rec);
         if (st != VPMM_SUCCESS)
             abort_capture(pool, stream);
     }
@@ -324,7 +241,7 @@ vpmm_status_t vpmm_capture_end(vpmm_pool_t *pool, vpmm_stream_t stream, vpmm_gra
     g = *vpmm_i_pool_graphs(pool);
     rec = g ? vpmm_cap_find(g, id) : NULL;
     if (rec != NULL && (st == VPMM_SUCCESS || capture_over(pool, stream, id)))
-        record_end(pool, g, rec); /* a refused end of an invalidated capture ends it too */
+        vpmm_cap_end(pool, g, rec); /* a refused end of an invalidated capture ends it too */
     vpmm_g_collect(pool);
     vpmm_i_nvtx_pop();
 out:
@@ -389,7 +306,7 @@ vpmm_status_t vpmm_capture_register(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, vp
     }
     st = vpmm_i_drv_status(pool, d->capture_info(d, stream, &cap, &id, &graph));
     if (st == VPMM_SUCCESS)
-        st = record_new(pool, g, gp, key, id, graph, &rec);
+        st = vpmm_cap_new(pool, g, gp, key, id, graph, &rec);
 out:
     vpmm_i_unlock(pool);
     return st;

@@ -1,8 +1,9 @@
 /*
  * graph.h — graph pools and capture records: the state graph/ keeps per pool, shared by
- * graph_pool.c (graph pools, their lifetime, the vpmm_g_collect/fini hooks) and capture.c
- * (capture begin/end/register, routing a captured malloc, noticing captures that ended).
- * checkpoint/ uses the accessors at the end. Built on src/internal.h only.
+ * graph_pool.c (graph pools, their lifetime, the capture records, noticing captures that ended,
+ * the collect/fini hooks) and capture.c (capture begin/end/register, routing a captured malloc,
+ * the hook table vpmm_g_hooks). capture.c calls graph_pool.c, never the other way round.
+ * checkpoint/ uses the accessors at the end. Built on src/core/internal.h only.
  *
  * Lifetime of a graph pool (gp): it lives while handles + graphs > 0.
  *   handles  vpmm_graph_pool_create / _retain / vpmm_capture_graph_pool add one, _release drops
@@ -62,10 +63,12 @@ vpmm_status_t vpmm_gp_attach(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_graph_t
 int vpmm_gp_reap(vpmm_pool_t *p, vpmm_graph_pool_t *gp);
 /* Validates a public graph pool argument (non-NULL; of `pool` when pool is not NULL). */
 vpmm_status_t vpmm_gp_check(const vpmm_graph_pool_t *gp, const vpmm_pool_t *pool, const char *fn);
+/* The hooks graph_pool.c serves (internal.h, vpmm_graph_hooks_t): collect and fini. */
+void vpmm_g_collect(vpmm_pool_t *p);
+vpmm_status_t vpmm_g_fini(vpmm_pool_t *p);
 
-/* ---- capture.c ----------------------------------------------------------------------------- */
-
-/* The record of capture `id`, or NULL. */
+/* Capture records, kept with the graph pools they name (graph_pool.c). The record of capture `id`,
+ * or NULL. */
 vpmm_capture_rec_t *vpmm_cap_find(vpmm_graphs_t *g, uint64_t id);
 /* Whether a capture record names gp. */
 int vpmm_cap_uses(const vpmm_graphs_t *g, const vpmm_graph_pool_t *gp);
@@ -75,6 +78,21 @@ void vpmm_cap_refresh(vpmm_pool_t *p, vpmm_graphs_t *g);
 /* Ends the records of gp's captures (its graphs are all gone, so they are over). Ending the last
  * one reaps gp if nothing else references it: the caller must not use gp afterwards. */
 void vpmm_cap_end_all_of(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp);
+
+/* Unlinks and frees rec; its graph pool learns that one capture into it is over (and is reaped
+ * if nothing else references it). */
+void vpmm_cap_end(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_capture_rec_t *rec);
+/* Starts serving capture `id` (of which stream is a part, graph its graph) from gp, or from a
+ * new graph pool when gp is NULL. All or nothing. */
+vpmm_status_t vpmm_cap_new(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp,
+                           vpmm_stream_key_t stream, uint64_t id, vpmm_graph_t graph,
+                           vpmm_capture_rec_t **out);
+
+/* ---- capture.c ----------------------------------------------------------------------------- */
+
+/* graph/'s hook table for the core (vpmm_graph_hooks_t): captured mallocs (capture.c),
+ * collect and fini (graph_pool.c). The API floor hands it to every pool it creates. */
+extern const vpmm_graph_hooks_t vpmm_g_hooks;
 
 /* ---- for checkpoint/ ----------------------------------------------------------------------- */
 

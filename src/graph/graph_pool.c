@@ -258,3 +258,98 @@ vpmm_status_t vpmm_graph_pool_reset_peak_stats(vpmm_graph_pool_t *gp)
     vpmm_i_unlock(gp->pool);
     return VPMM_SUCCESS;
 }
+
+/* ---- capture records (capture.c makes and looks them up) ------------------------------------ */
+
+vpmm_capture_rec_t *vpmm_cap_find(vpmm_graphs_t *g, uint64_t id)
+{
+    for (vpmm_capture_rec_t *r = g->captures; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+int vpmm_cap_uses(const vpmm_graphs_t *g, const vpmm_graph_pool_t *gp)
+{
+    for (const vpmm_capture_rec_t *r = g->captures; r; r = r->next)
+        if (r->gp == gp)
+            return 1;
+    return 0;
+}
+
+/* Unlinks and frees rec; its graph pool learns that one capture into it is over. */
+void vpmm_cap_end(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_capture_rec_t *rec)
+{
+    vpmm_capture_rec_t **link;
+    vpmm_graph_pool_t *gp = rec->gp;
+    for (link = &g->captures; *link != rec; link = &(*link)->next)
+        ;
+    *link = rec->next;
+    free(rec);
+    vpmm_i_arena_capture_ended(p, gp->arena);
+    vpmm_gp_reap(p, gp);
+}
+
+/*
+ * Starts serving capture `id` (of which stream is a part, graph its graph) from gp, or from a
+ * new graph pool when gp is NULL. All or nothing.
+ */
+vpmm_status_t vpmm_cap_new(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp,
+                           vpmm_stream_key_t stream, uint64_t id, vpmm_graph_t graph,
+                           vpmm_capture_rec_t **out)
+{
+    vpmm_capture_rec_t *rec = calloc(1, sizeof *rec);
+    vpmm_status_t st;
+    int fresh = gp == NULL;
+
+    if (rec == NULL) {
+        vpmm_i_set_error("out of host memory for a capture record");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    if (fresh && (st = vpmm_gp_new(p, 0, &gp)) != VPMM_SUCCESS)
+        goto fail;
+    st = vpmm_gp_attach(p, gp, graph);
+    if (st != VPMM_SUCCESS) {
+        if (fresh)
+            vpmm_gp_reap(p, gp); /* or, if a destructor is due, the next collect */
+        goto fail;
+    }
+    rec->id = id;
+    rec->gp = gp;
+    rec->stream = stream;
+    rec->next = g->captures;
+    g->captures = rec;
+    vpmm_i_arena_capture_begun(p, gp->arena);
+    *out = rec;
+    return VPMM_SUCCESS;
+fail:
+    free(rec);
+    return st;
+}
+
+void vpmm_cap_refresh(vpmm_pool_t *p, vpmm_graphs_t *g)
+{
+    vpmm_driver_t *d = vpmm_i_pool_driver(p);
+    vpmm_capture_rec_t *rec = g->captures, *next;
+    for (; rec; rec = next) {
+        vpmm_capture_status_t cap;
+        uint64_t id;
+        next = rec->next;
+        if (!vpmm_i_stream_key_here(rec->stream))
+            continue; /* another thread's per-thread stream: that thread will see */
+        if (d->capture_info(d, rec->stream.handle, &cap, &id, NULL) != VPMM_DRV_OK)
+            continue; /* not knowing means not over */
+        if (cap == VPMM_CAPTURE_NONE || id != rec->id)
+            vpmm_cap_end(p, g, rec);
+    }
+}
+
+void vpmm_cap_end_all_of(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *gp)
+{
+    vpmm_capture_rec_t *rec = g->captures, *next;
+    for (; rec; rec = next) {
+        next = rec->next;
+        if (rec->gp == gp)
+            vpmm_cap_end(p, g, rec);
+    }
+}

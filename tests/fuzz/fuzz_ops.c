@@ -149,6 +149,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "driver_fault.h"
 #include "driver_host.h"
 #include "fuzz_ops.h"
@@ -583,7 +584,7 @@ static int known_capture_running(const fz_t *z)
     for (size_t i = 0; i < z->ncaps; i++) {
         uint64_t id;
         if (cap_of(z, z->caps[i].ident, &id) != VPMM_CAPTURE_NONE && id == z->caps[i].id &&
-            vpmm_g_capture_arena(z->pool, id) != NULL)
+            vpmm_i_graphs_capture_arena(z->pool, id) != NULL)
             return 1;
     }
     return 0;
@@ -1352,7 +1353,7 @@ static unsigned pool_of_alloc(const fz_t *z, uintptr_t a)
 /* The id of the graph pool vpmm's record of capture id names (0: vpmm has no record of it). */
 static unsigned record_gp(const fz_t *z, uint64_t id)
 {
-    vpmm_arena_t *a = vpmm_g_capture_arena(z->pool, id);
+    vpmm_arena_t *a = vpmm_i_graphs_capture_arena(z->pool, id);
     vpmm_graph_pool_stats_t gs;
     if (a == NULL)
         return 0;
@@ -2534,7 +2535,7 @@ static void setup(fz_t *z)
         finding(z, "vpmm_host_open failed");
     if (vpmm_fault_wrap(z->host, &z->fault) != VPMM_DRV_OK)
         finding(z, "vpmm_fault_wrap failed");
-    st = vpmm_i_pool_create_on(&opt, z->fault, 0, &z->pool);
+    st = vpmm_a_pool_create_on(&opt, z->fault, 0, &z->pool);
     if (st != VPMM_SUCCESS)
         finding(z, "pool creation failed: %s", vpmm_status_name(st));
     for (size_t i = 0; i < NCREATED; i++) {
