@@ -13,8 +13,10 @@
  *    truncated away at the tail) so touched memory really goes back.
  *  - Mapping: mmap(MAP_SHARED|MAP_FIXED) of the handle's extent over the placeholder, so aliases
  *    see the same bytes; set_access is mprotect; unmap puts a PROT_NONE placeholder back.
- *  - Also here: the slot table and array growth both halves use, the failure recorders, open and
- *    close, vpmm_host_counts and vpmm_host_check.
+ *  - Also here: the driver table, open and close, vpmm_host_counts and vpmm_host_check. The slot
+ *    table, array growth and failure recorders all three files use are in driver_host_base.c.
+ *    Calls go one way: driver_host.c -> driver_host_graph.c -> driver_host_stream.c ->
+ *    driver_host_base.c; the stream side reaches graphs only through h->graph_ops.
  *
  * Thread-safety: every entry of the table runs under the instance's recursive mutex (driver.h
  * rule 7; the wrappers are in driver_host.c).
@@ -44,92 +46,6 @@
 
 #define DEFAULT_GRANULARITY ((size_t)2 << 20)
 #define DEFAULT_LIMIT       ((size_t)80 << 30)
-
-/* ---- small containers --------------------------------------------------------------------- */
-
-/* Makes room for `need` elements in the array *arr_ptr of capacity *cap (doubling). The pointer
- * is moved through memcpy so one helper serves every element type without aliasing tricks. */
-int vpmm_host_i_reserve_impl(void *arr_ptr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 8;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem)
-            return -1;
-        n *= 2;
-    }
-    void *old;
-    memcpy(&old, arr_ptr, sizeof old);
-    void *p = realloc(old, n * elem);
-    if (!p)
-        return -1;
-    memcpy(arr_ptr, &p, sizeof p);
-    *cap = n;
-    return 0;
-}
-
-uint64_t vpmm_host_i_slot_put(slot_table_t *t, void *obj)
-{
-    uint32_t i;
-    if (t->free_head) {
-        i = t->free_head - 1;
-        t->free_head = t->slots[i].next_free;
-    } else {
-        if (t->len >= UINT32_MAX - 1 || RESERVE(t->slots, t->cap, t->len + 1))
-            return 0;
-        i = (uint32_t)t->len++;
-        t->slots[i].gen = 1;
-    }
-    t->slots[i].obj = obj;
-    t->slots[i].next_free = 0;
-    return ((uint64_t)t->slots[i].gen << 32) | (uint64_t)(i + 1);
-}
-
-void *vpmm_host_i_slot_get(const slot_table_t *t, uint64_t id)
-{
-    uint64_t i = id & UINT32_MAX;
-    if (i == 0 || i > t->len)
-        return NULL;
-    const slot_t *s = &t->slots[i - 1];
-    return s->gen == (uint32_t)(id >> 32) ? s->obj : NULL;
-}
-
-/* id must resolve (vpmm_host_i_slot_get != NULL). */
-void vpmm_host_i_slot_drop(slot_table_t *t, uint64_t id)
-{
-    uint32_t i = (uint32_t)(id & UINT32_MAX) - 1;
-    slot_t *s = &t->slots[i];
-    s->obj = NULL;
-    s->gen = s->gen == UINT32_MAX ? 1 : s->gen + 1;
-    s->next_free = t->free_head;
-    t->free_head = i + 1;
-}
-
-static void host_close(vpmm_driver_t *d);
-
-/* The instance behind d, or NULL when d is not a host backend (a wrapper, NULL, ...). */
-host_drv_t *vpmm_host_i_as_host(vpmm_driver_t *d)
-{
-    return d && d->close == host_close ? (host_drv_t *)d : NULL;
-}
-
-vpmm_dres_t vpmm_host_i_fail_call(host_drv_t *h, const char *call, vpmm_dres_t res, int code)
-{
-    h->base.last_code = code;
-    h->base.last_call = call;
-    return res;
-}
-
-vpmm_dres_t vpmm_host_i_fail(host_drv_t *h, vpmm_drv_entry_t entry, vpmm_dres_t res, int code)
-{
-    return vpmm_host_i_fail_call(h, vpmm_drv_entry_name(entry), res, code);
-}
-
-vpmm_dres_t vpmm_host_i_fail_invalid(host_drv_t *h, vpmm_drv_entry_t entry)
-{
-    return vpmm_host_i_fail(h, entry, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
-}
 
 /* A failed system call: ENOMEM is what CUDA reports as out of memory, the rest is unknown. */
 static int errno_code(int err)
@@ -743,8 +659,9 @@ vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
     h->null_per_thread = opt && opt->per_thread_default_stream;
     h->rng = 0x9E3779B97F4A7C15ULL;
     h->next_capture_id = 1;
+    h->graph_ops = &vpmm_host_i_graph_ops;
     h->base = (vpmm_driver_t){
-        .name = "host",
+        .name = vpmm_host_i_name,
         .granularity = locked_granularity,
         .va_reserve = locked_va_reserve,
         .va_free = locked_va_free,

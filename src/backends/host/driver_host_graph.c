@@ -473,3 +473,9 @@ size_t vpmm_host_i_graph_check(const host_drv_t *h, int verbose)
                n_graphs, n_execs, h->counts.graphs);
     return bad;
 }
+
+const host_graph_ops_t vpmm_host_i_graph_ops = {
+    .create = vpmm_host_i_graph_create,
+    .free = vpmm_host_i_graph_free,
+    .progress = vpmm_host_i_graph_progress,
+};

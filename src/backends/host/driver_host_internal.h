@@ -2,10 +2,12 @@
  * driver_host_internal.h — what the three parts of the host emulation backend share:
  * driver_host.c (memory: memfd extents, handles, mappings, reservations, lifetime, the invariant
  * check), driver_host_stream.c (simulated streams, events and capture) and driver_host_graph.c
- * (graphs, executable graphs, user objects). It holds the instance (host_drv_t) and its records,
- * the invariants as equations above struct host_drv, and the vpmm_host_i_* helpers one part
- * defines and another calls. Nothing outside those files may include it: tests and the core use
- * driver_host.h.
+ * (graphs, executable graphs, user objects), on driver_host_base.c (slot tables, array growth,
+ * failure recorders). Calls go one way: driver_host.c -> _graph.c -> _stream.c -> _base.c; the
+ * stream side reaches the graph side only through h->graph_ops. It holds the instance (host_drv_t)
+ * and its records, the invariants as equations above struct host_drv, and the vpmm_host_i_* helpers
+ * one part defines and another calls. Nothing outside those files may include it: tests and the
+ * core use driver_host.h.
  *
  * Thread-safety: none of its own; every entry point and stream control holds host_drv.lock.
  * Invariants: I1..I10 above struct host_drv, checked by vpmm_host_check() in driver_host.c (I8 and
@@ -270,14 +272,30 @@ typedef struct host_drv {
     size_t n_waits, waits_cap;
 
     vpmm_host_counts_t counts; /* touched_bytes is computed on demand */
+
+    /* driver_host_graph.c's functions the stream side calls (set by vpmm_host_open): the stream
+     * side sits below the graph side and reaches it only through this table. */
+    const struct host_graph_ops *graph_ops;
 } host_drv_t;
+
+/* What driver_host_stream.c needs of the graph side: vpmm_host_i_graph_create, _free and
+ * _progress below (vpmm_host_i_graph_ops). */
+typedef struct host_graph_ops {
+    struct host_graph *(*create)(host_drv_t *h, host_capture_t *c);
+    void (*free)(host_drv_t *h, struct host_graph *g);
+    void (*progress)(host_drv_t *h);
+} host_graph_ops_t;
 
 /* ---- shared helpers ----------------------------------------------------------------------- */
 
-/* driver_host.c: the instance behind d, or NULL when d is not a host backend (a wrapper, NULL). */
+/* driver_host_base.c: the name every host instance carries (vpmm_host_i_as_host tests it). */
+extern const char vpmm_host_i_name[];
+
+/* driver_host_base.c: the instance behind d, or NULL when d is not a host backend (a wrapper,
+ * NULL). */
 host_drv_t *vpmm_host_i_as_host(vpmm_driver_t *d);
 
-/* driver_host.c: record a failure as last_code/last_call and return res. fail names the entry
+/* driver_host_base.c: record a failure as last_code/last_call and return res. fail names the entry
  * point, fail_call a CUDA call by name; fail_invalid is fail(h, entry, VPMM_DRV_INVALID,
  * CODE_INVALID_VALUE). */
 vpmm_dres_t vpmm_host_i_fail_call(host_drv_t *h, const char *call, vpmm_dres_t res, int code);
@@ -362,6 +380,9 @@ void vpmm_host_i_graph_progress(host_drv_t *h);
 
 /* Frees every graph, exec and user object without running destructors (for host_close). */
 void vpmm_host_i_graph_fini(host_drv_t *h);
+
+/* The three above, for the stream side (h->graph_ops). */
+extern const host_graph_ops_t vpmm_host_i_graph_ops;
 
 /* I8 and I9; returns the number of violations. */
 size_t vpmm_host_i_graph_check(const host_drv_t *h, int verbose);

@@ -574,7 +574,7 @@ vpmm_dres_t vpmm_host_i_synchronize(vpmm_driver_t *d)
         return vpmm_host_i_fail(h, VPMM_DRV_SYNCHRONIZE, VPMM_DRV_ERROR, CODE_CAPTURE_UNSUPPORTED);
     }
     complete_everything(h);
-    vpmm_host_i_graph_progress(h);
+    h->graph_ops->progress(h);
     return VPMM_DRV_OK;
 }
 
@@ -594,7 +594,7 @@ static vpmm_dres_t capture_begin(host_drv_t *h, vpmm_stream_t stream, vpmm_captu
     if (st && st->capture)
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
     host_capture_t *c = st ? calloc(1, sizeof *c) : NULL;
-    host_graph_t *g = c ? vpmm_host_i_graph_create(h, c) : NULL;
+    host_graph_t *g = c ? h->graph_ops->create(h, c) : NULL;
     if (!g) {
         free(c);
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
@@ -640,7 +640,7 @@ static vpmm_dres_t capture_end(host_drv_t *h, vpmm_stream_t stream, host_graph_t
     free(c);
     g->capture = NULL;
     if (invalidated) {
-        vpmm_host_i_graph_free(h, g);
+        h->graph_ops->free(h, g);
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_CAPTURE_INVALIDATED);
     }
     *out = g;
@@ -660,7 +660,7 @@ vpmm_dres_t vpmm_host_i_end_capture(vpmm_driver_t *d, vpmm_stream_t stream, vpmm
         return vpmm_host_i_fail_invalid(h, VPMM_DRV_END_CAPTURE);
     host_graph_t *g = NULL;
     vpmm_dres_t res = capture_end(h, stream, &g);
-    vpmm_host_i_graph_progress(h);
+    h->graph_ops->progress(h);
     if (res == VPMM_DRV_OK)
         *out_graph = vpmm_host_i_graph_handle(g);
     return res;
@@ -733,7 +733,7 @@ void vpmm_host_complete(vpmm_driver_t *d, vpmm_stream_t s)
         /* Waits after the last item are part of the stream too: what they wait on completes. */
         for (size_t i = st->bar_head; i < st->bar_len; i++)
             stream_complete_to(st->bar[i].signaller, st->bar[i].seq);
-        vpmm_host_i_graph_progress(h);
+        h->graph_ops->progress(h);
     }
     unlock_host(h);
 }
@@ -767,7 +767,7 @@ size_t vpmm_host_advance(vpmm_driver_t *d, vpmm_stream_t s, size_t n)
     size_t done = 0;
     if (st) {
         done = advance(st, n);
-        vpmm_host_i_graph_progress(h);
+        h->graph_ops->progress(h);
     }
     unlock_host(h);
     return done;
@@ -778,7 +778,7 @@ void vpmm_host_complete_all(vpmm_driver_t *d)
     host_drv_t *h = lock_host(d);
     if (h) {
         complete_everything(h);
-        vpmm_host_i_graph_progress(h);
+        h->graph_ops->progress(h);
     }
     unlock_host(h);
 }
@@ -830,8 +830,8 @@ vpmm_dres_t vpmm_host_end_capture(vpmm_driver_t *d, vpmm_stream_t s)
     host_graph_t *g = NULL;
     vpmm_dres_t res = capture_end(h, s, &g);
     if (res == VPMM_DRV_OK)
-        vpmm_host_i_graph_free(h, g); /* nobody asked for the graph */
-    vpmm_host_i_graph_progress(h);
+        h->graph_ops->free(h, g); /* nobody asked for the graph */
+    h->graph_ops->progress(h);
     unlock_host(h);
     return res;
 }

@@ -1,0 +1,101 @@
+/*
+ * driver_host_base.c — the host backend's building blocks, shared by driver_host.c,
+ * driver_host_stream.c and driver_host_graph.c and calling none of them: array growth, the
+ * generation-checked slot table (handles of events, graphs, execs, user objects), the
+ * host-instance test and the failure recorders (driver.h rule 1: last_code, last_call).
+ * Thread-safety: the callers hold the instance's mutex. No invariants of its own (the slot
+ * tables' are I-equations in driver_host_internal.h, checked by vpmm_host_check).
+ */
+#include "driver_host_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* ---- small containers --------------------------------------------------------------------- */
+
+/* Makes room for `need` elements in the array *arr_ptr of capacity *cap (doubling). The pointer
+ * is moved through memcpy so one helper serves every element type without aliasing tricks. */
+int vpmm_host_i_reserve_impl(void *arr_ptr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 8;
+    while (n < need) {
+        if (n > SIZE_MAX / 2 / elem)
+            return -1;
+        n *= 2;
+    }
+    void *old;
+    memcpy(&old, arr_ptr, sizeof old);
+    void *p = realloc(old, n * elem);
+    if (!p)
+        return -1;
+    memcpy(arr_ptr, &p, sizeof p);
+    *cap = n;
+    return 0;
+}
+
+uint64_t vpmm_host_i_slot_put(slot_table_t *t, void *obj)
+{
+    uint32_t i;
+    if (t->free_head) {
+        i = t->free_head - 1;
+        t->free_head = t->slots[i].next_free;
+    } else {
+        if (t->len >= UINT32_MAX - 1 || RESERVE(t->slots, t->cap, t->len + 1))
+            return 0;
+        i = (uint32_t)t->len++;
+        t->slots[i].gen = 1;
+    }
+    t->slots[i].obj = obj;
+    t->slots[i].next_free = 0;
+    return ((uint64_t)t->slots[i].gen << 32) | (uint64_t)(i + 1);
+}
+
+void *vpmm_host_i_slot_get(const slot_table_t *t, uint64_t id)
+{
+    uint64_t i = id & UINT32_MAX;
+    if (i == 0 || i > t->len)
+        return NULL;
+    const slot_t *s = &t->slots[i - 1];
+    return s->gen == (uint32_t)(id >> 32) ? s->obj : NULL;
+}
+
+/* id must resolve (vpmm_host_i_slot_get != NULL). */
+void vpmm_host_i_slot_drop(slot_table_t *t, uint64_t id)
+{
+    uint32_t i = (uint32_t)(id & UINT32_MAX) - 1;
+    slot_t *s = &t->slots[i];
+    s->obj = NULL;
+    s->gen = s->gen == UINT32_MAX ? 1 : s->gen + 1;
+    s->next_free = t->free_head;
+    t->free_head = i + 1;
+}
+
+const char vpmm_host_i_name[] = "host";
+
+/* The instance behind d, or NULL when d is not a host backend (a wrapper, NULL, ...): only a host
+ * instance carries this very name pointer (a wrapper names itself "fault(host)"). */
+host_drv_t *vpmm_host_i_as_host(vpmm_driver_t *d)
+{
+    return d && d->name == vpmm_host_i_name ? (host_drv_t *)d : NULL;
+}
+
+vpmm_dres_t vpmm_host_i_fail_call(host_drv_t *h, const char *call, vpmm_dres_t res, int code)
+{
+    h->base.last_code = code;
+    h->base.last_call = call;
+    return res;
+}
+
+vpmm_dres_t vpmm_host_i_fail(host_drv_t *h, vpmm_drv_entry_t entry, vpmm_dres_t res, int code)
+{
+    return vpmm_host_i_fail_call(h, vpmm_drv_entry_name(entry), res, code);
+}
+
+vpmm_dres_t vpmm_host_i_fail_invalid(host_drv_t *h, vpmm_drv_entry_t entry)
+{
+    return vpmm_host_i_fail(h, entry, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+}
