@@ -70,6 +70,8 @@ static void chunk_to_shared(vpmm_pool_t *p, vpmm_chunk_t *c)
 void vpmm_i_arena_dissolve(vpmm_pool_t *p, vpmm_arena_t *a)
 {
     vpmm_arena_t **link;
+    /* Only a graph pool's arena, and only once no graph can use it (graph/ unpins it first). */
+    VPMM_ASSERT(a->priv && a != &p->shared && !a->pinned);
     for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
         if (c->arena == a) {
             chunk_to_shared(p, c);
@@ -156,6 +158,7 @@ void vpmm_i_arena_capture_begun(vpmm_pool_t *p, vpmm_arena_t *a)
 
 void vpmm_i_arena_capture_ended(vpmm_pool_t *p, vpmm_arena_t *a)
 {
+    VPMM_ASSERT(a->captures > 0 && p->captures >= a->captures);
     a->captures--;
     p->captures--;
     if (a->captures > 0 || a->capture_pending == 0)

@@ -174,6 +174,7 @@ void vpmm_i_pages_destroy(vpmm_pool_t *p, vpmm_phys_t **pages, size_t n)
 
 void vpmm_i_pages_unmap(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages, size_t n)
 {
+    VPMM_ASSERT(va % p->granularity == 0); /* driver.h: mappings are granularity-aligned */
     for (size_t i = 0; i < n; va += pages[i]->size, i++)
         vpmm_i_drv_status(p, unmap_twice(p->drv, va, pages[i]->size));
 }
@@ -183,6 +184,7 @@ vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages
     vpmm_status_t st;
     uintptr_t at = va;
     size_t i;
+    VPMM_ASSERT(n > 0 && va % p->granularity == 0); /* driver.h: granularity-aligned mappings */
     for (i = 0; i < n; at += pages[i]->size, i++) {
         st = vpmm_i_drv_status(p, p->drv->mem_map(p->drv, at, pages[i]->size, pages[i]->handle, 0));
         if (st != VPMM_SUCCESS)

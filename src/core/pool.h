@@ -70,6 +70,7 @@
 #include "lock.h"
 #include "options.h"
 #include "rbtree.h"
+#include "vpmm_assert.h"
 #include "status.h"
 #include "util.h"
 #include "vpmm.h"

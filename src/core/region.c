@@ -46,6 +46,7 @@ oom:
 vpmm_region_t *vpmm_i_region_take(vpmm_pool_t *p)
 {
     vpmm_region_t *r = p->spare;
+    VPMM_ASSERT_SLOW(r != NULL && p->spare_count > 0); /* vpmm_i_region_reserve came first */
     p->spare = r->next;
     p->spare_count--;
     return r; /* callers initialise every field (split copies, carve and chunk_add set them) */
@@ -251,6 +252,7 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
         vpmm_i_alloc_forget(p, r);
         return; /* counted out by alloc_forget */
     case VPMM_REGION_FREE:
+        VPMM_ASSERT_SLOW(p->c.free_bytes >= r->size); /* I5: counted when indexed */
         p->c.free_bytes -= r->size;
         if (VPMM_UNLIKELY(r->uses != NULL)) {
             deferred_unlink(p, r);
@@ -296,7 +298,9 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
  */
 vpmm_region_t *vpmm_i_region_split(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t addr)
 {
-    vpmm_region_t *n = vpmm_i_region_take(p);
+    vpmm_region_t *n;
+    VPMM_ASSERT(addr > r->addr && addr - r->addr < r->size); /* both halves non-empty */
+    n = vpmm_i_region_take(p);
     *n = *r;
     memset(&n->node, 0, sizeof n->node);
     n->qprev = n->qnext = NULL;
@@ -326,8 +330,10 @@ vpmm_region_t *vpmm_i_free_take_front(vpmm_pool_t *p, vpmm_region_t *r, size_t b
 {
     vpmm_rbtree_t *tree = vpmm_i_free_tree(p, r);
     vpmm_arena_t *a = vpmm_i_arena_of(r);
-    vpmm_region_t *n = vpmm_i_region_take(p);
+    vpmm_region_t *n;
 
+    VPMM_ASSERT_SLOW(r->state == VPMM_REGION_FREE && bytes > 0 && bytes < r->size);
+    n = vpmm_i_region_take(p);
     memset(n, 0, sizeof *n);
     n->addr = r->addr;
     n->size = bytes;
@@ -355,6 +361,8 @@ vpmm_region_t *vpmm_i_free_take_front(vpmm_pool_t *p, vpmm_region_t *r, size_t b
 void vpmm_i_region_absorb_next(vpmm_pool_t *p, vpmm_region_t *r)
 {
     vpmm_region_t *n = r->next;
+    /* Neighbours in address order (I1, pool.h): one chunk, no gap. */
+    VPMM_ASSERT(n != NULL && n->chunk == r->chunk && r->addr + r->size == n->addr);
     r->size += n->size;
     r->next = n->next;
     if (n->next)
@@ -390,6 +398,7 @@ static int mergeable(const vpmm_region_t *a, const vpmm_region_t *b)
  */
 static vpmm_region_t *merge(vpmm_pool_t *p, vpmm_region_t *a, vpmm_region_t *b)
 {
+    VPMM_ASSERT(a->next == b && a->state == b->state);
     vpmm_i_index_del(p, a);
     vpmm_i_index_del(p, b);
     if (a->state == VPMM_REGION_FREE && !a->ready) {
