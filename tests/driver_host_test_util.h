@@ -1,8 +1,8 @@
 /*
  * driver_host_test_util.h — helpers shared by the host backend's tests: test_driver_host.c
- * (memory, src/driver_host.c), test_driver_host_stream.c (streams, events, capture,
- * src/driver_host_stream.c) and test_driver_host_graph.c (graphs, execs, user objects,
- * src/driver_host_graph.c).
+ * (memory, src/backends/host/driver_host.c), test_driver_host_stream.c (streams, events, capture,
+ * src/backends/host/driver_host_stream.c) and test_driver_host_graph.c (graphs, execs, user
+ * objects, src/backends/host/driver_host_graph.c).
  *
  * Every test opens its own instance with open_host, calls vpmm_host_check() after each mutation
  * (CHECKED) and closes it with close_host, which checks once more. A failed call must leave the

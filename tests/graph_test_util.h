@@ -1,6 +1,6 @@
 /*
  * graph_test_util.h — helpers shared by the tests of graph pools, captures and checkpoints
- * (graph/, checkpoint/, src/arena.c), on top of test_util.h.
+ * (graph/, checkpoint/, src/core/arena.c), on top of test_util.h.
  *
  * Every helper asserts that its call succeeds and, where the call changes the pool, that the
  * pool's invariants hold after it (CHECK_POOL). Captures run on the host backend underneath the

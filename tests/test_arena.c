@@ -1,6 +1,6 @@
 /*
- * test_arena.c — src/arena.c: private arenas (the memory of graph pools) and the region views and
- * rewrites checkpoints are built on, tested through the internal interface on the host backend.
+ * test_arena.c — src/core/arena.c: private arenas (the memory of graph pools) and the region views
+ * and rewrites checkpoints are built on, tested through the internal interface on the host backend.
  *
  * Life: a new arena is listed and empty; dissolving it (empty, or with live allocations, ready
  * and pending free regions over several chunks) hands every chunk to the shared arena with no

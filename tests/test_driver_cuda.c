@@ -1,5 +1,6 @@
 /*
- * test_driver_cuda.c — tests of the CUDA backend (src/driver_cuda.c) against driver.h.
+ * test_driver_cuda.c — tests of the CUDA backend (src/backends/cuda/driver_cuda.c) against
+ * driver.h.
  *
  * The first group runs everywhere: without a driver the backend must report "no device" as a
  * status, quickly, and never crash. The GPU group skip()s when vpmm_driver_cuda_device_count() is
@@ -12,9 +13,9 @@
  * object's destructor ran.
  *
  * Built by tests/CMakeLists.txt (vpmm_add_test ... GPU: the CUDA runtime, statically). By hand:
- *   gcc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -I/usr/local/cuda/include src/driver.c
- *       src/driver_cuda.c tests/test_driver_cuda.c -L/usr/local/cuda/lib64 -lcudart_static
- *       -lcmocka -ldl -lpthread -lrt -o test_driver_cuda
+ *   gcc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/driver -Itests -I/usr/local/cuda/include
+ *       src/driver/driver.c src/backends/cuda/driver_cuda.c tests/test_driver_cuda.c
+ *       -L/usr/local/cuda/lib64 -lcudart_static -lcmocka -ldl -lpthread -lrt -o test_driver_cuda
  */
 #include <stdarg.h>
 #include <stddef.h>

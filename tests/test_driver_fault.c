@@ -1,7 +1,7 @@
 /*
- * test_driver_fault.c — tests of the fault-injection decorator (src/driver_fault.c) over the host
- * backend: per-entry n-th call failures that never reach the inner driver (the graph and user
- * object entries included), "any entry" failures counted across entries, sticky failures,
+ * test_driver_fault.c — tests of the fault-injection decorator (src/backends/fault/driver_fault.c)
+ * over the host backend: per-entry n-th call failures that never reach the inner driver (the graph
+ * and user object entries included), "any entry" failures counted across entries, sticky failures,
  * disarming, call and live-object counters (user objects as the caller owns them), propagation
  * of the inner driver's own errors, naming and ownership.
  *

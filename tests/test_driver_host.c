@@ -1,8 +1,8 @@
 /*
  * test_driver_host.c — tests of the host emulation backend's basics and memory side
- * (src/driver_host.c): entry names, open options, the controls' refusal of a foreign driver, VA
- * reservations and their limit (va_limit), close() releasing everything, handles and the memory
- * limit, map/unmap/set_access validation, real aliasing, deferred release, and the fd budget
+ * (src/backends/host/driver_host.c): entry names, open options, the controls' refusal of a foreign
+ * driver, VA reservations and their limit (va_limit), close() releasing everything, handles and the
+ * memory limit, map/unmap/set_access validation, real aliasing, deferred release, and the fd budget
  * (thousands of handles, one memfd), with a random run against a small model. Streams, events and
  * capture are tested in test_driver_host_stream.c, graphs and user objects in
  * test_driver_host_graph.c; the helpers the three share are in driver_host_test_util.h.

@@ -1,9 +1,9 @@
 /*
  * test_driver_host_graph.c — tests of the host emulation backend's graphs, executable graphs
- * and user objects (src/driver_host_graph.c): capture through the driver table (modes, threads,
- * the graph capture_info shows), an invalidated capture dropping its graph's references, and the
- * reference model of user objects, whose destructors wait for graphs, execs and their pending
- * launches and may call the backend again.
+ * and user objects (src/backends/host/driver_host_graph.c): capture through the driver table
+ * (modes, threads, the graph capture_info shows), an invalidated capture dropping its graph's
+ * references, and the reference model of user objects, whose destructors wait for graphs, execs and
+ * their pending launches and may call the backend again.
  *
  * Destructors record what they see in a dtor_log_t (runs, and vpmm_host_check() from inside)
  * instead of asserting, and the test checks the log after the call that should have run them.

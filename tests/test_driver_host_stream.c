@@ -1,9 +1,9 @@
 /*
  * test_driver_host_stream.c — tests of the host emulation backend's simulated streams, events
- * and capture (src/driver_host_stream.c): stream identity and progress, event record/query,
- * waits across streams and the barriers they leave (complete() pulls in what it waits on, and
- * terminates on long chains), capture emulation: beginning and ending, invalidation with CUDA's
- * error codes, joining through a wait, and the legacy stream that is never captured. CUDA's
+ * and capture (src/backends/host/driver_host_stream.c): stream identity and progress, event
+ * record/query, waits across streams and the barriers they leave (complete() pulls in what it waits
+ * on, and terminates on long chains), capture emulation: beginning and ending, invalidation with
+ * CUDA's error codes, joining through a wait, and the legacy stream that is never captured. CUDA's
  * special handles (per-thread streams driven from real threads, the legacy stream's implicit
  * synchronisation) are in test_driver_host_thread.c; capture through the driver table and the
  * graphs it builds in test_driver_host_graph.c.

@@ -1,10 +1,11 @@
 /*
  * test_driver_host_thread.c — tests of the host emulation backend's CUDA special stream handles
- * (src/driver_host_stream.c): per-thread streams (0x2) driven from real threads, each thread its
- * own stream behind the same handle value, thread tokens never reused, 0 and 0x1 as one legacy
- * stream, the per_thread_default_stream option, and the legacy stream's implicit synchronisation
- * with the blocking (per-thread) streams in both directions, refused (906, capture invalidated)
- * while one of them captures. The rest of the stream emulation is in test_driver_host_stream.c.
+ * (src/backends/host/driver_host_stream.c): per-thread streams (0x2) driven from real threads, each
+ * thread its own stream behind the same handle value, thread tokens never reused, 0 and 0x1 as one
+ * legacy stream, the per_thread_default_stream option, and the legacy stream's implicit
+ * synchronisation with the blocking (per-thread) streams in both directions, refused (906, capture
+ * invalidated) while one of them captures. The rest of the stream emulation is in
+ * test_driver_host_stream.c.
  *
  * Every test opens its own instance and calls vpmm_host_check() after each mutation (CHECKED) and
  * before closing. Only the test thread asserts: the threads a test starts hand their results

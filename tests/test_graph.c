@@ -1,5 +1,5 @@
 /*
- * test_graph.c — graph pools and captures (graph/, src/arena.c) on the host backend.
+ * test_graph.c — graph pools and captures (graph/, src/core/arena.c) on the host backend.
  *
  * Routing: every allocation of a capture (vpmm_capture_begin, a registered external capture, an
  * unknown external capture, a stream joined into one) comes from its graph pool, sub-page sizes

@@ -1,5 +1,5 @@
 /*
- * test_hashmap.c — unit tests for src/hashmap.c: put/get/remove/replace, keys aligned to 256 B
+ * test_hashmap.c — unit tests for src/ds/hashmap.c: put/get/remove/replace, keys aligned to 256 B
  * and 2 MiB (they must spread, not cluster), growth at exactly 3/4 load, backward-shift deletion
  * (including runs that wrap past the end of the table), iteration, reserve, out-of-memory through
  * the allocation hook, and a seeded random stress against a plain array. vpmm_hmap_validate()

@@ -1,5 +1,5 @@
 /*
- * test_nvtx.c — vpmm's NVTX annotations (src/nvtx.c), seen by a tool: libnvtx_inject.so, a
+ * test_nvtx.c — vpmm's NVTX annotations (src/core/nvtx.c), seen by a tool: libnvtx_inject.so, a
  * recording NVTX tool that NVTX itself loads through NVTX_INJECTION64_PATH (tests/nvtx_inject.h).
  *
  * A scripted scenario on the host backend, and what the tool must have seen, in order: the

@@ -1,5 +1,5 @@
 /*
- * test_options.c — tests of src/options.c: the size and count parsers, the byte formatter,
+ * test_options.c — tests of src/core/options.c: the size and count parsers, the byte formatter,
  * vpmm_config_init, vpmm_i_options_resolve (precedence config > environment > default, and a
  * precise VPMM_ERROR_INVALID_ENV / _INVALID_CONFIG plus a vpmm_last_error() naming the knob for
  * every bad value) and vpmm_i_options_finish (page size, VA chunk and preallocation checked against

@@ -1,5 +1,5 @@
 /*
- * test_rbtree.c — unit tests for src/rbtree.c: shapes that exercise every insert and remove
+ * test_rbtree.c — unit tests for src/ds/rbtree.c: shapes that exercise every insert and remove
  * case, lower_bound at, between and beyond keys (ties on k1 broken by k2), iteration both ways,
  * a seeded random stress against a sorted-array reference, and corruptions that
  * vpmm_rb_validate() must report. Every mutation is followed by vpmm_rb_validate() (the stress

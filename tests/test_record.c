@@ -1,5 +1,5 @@
 /*
- * test_record.c — recording a pool's allocations as a replay trace (src/record.c,
+ * test_record.c — recording a pool's allocations as a replay trace (src/core/record.c,
  * VPMM_TRACE_FILE / config.trace_file).
  *
  * A recorded program (mallocs and frees on the legacy stream, a created stream, the per-thread

@@ -1,6 +1,6 @@
 /*
- * test_report.c — the out-of-memory report and the figures behind it (src/report.c): the largest
- * free span (ready, pending, cached and graph-pool memory all count), utilization and
+ * test_report.c — the out-of-memory report and the figures behind it (src/core/report.c): the
+ * largest free span (ready, pending, cached and graph-pool memory all count), utilization and
  * fragmentation in vpmm_get_stats, the report's paragraph for a device refusal and for the cap
  * (VPMM_MAX_BYTES), for the address space, graph pools in it, what defragmentation can gather
  * (movable pages only), VPMM_VERBOSE printing it on stderr (a pool's first reports in full, then

@@ -1,5 +1,5 @@
 /*
- * test_status.c — tests of src/status.c: vpmm_strerror and vpmm_status_name for every status
+ * test_status.c — tests of src/core/status.c: vpmm_strerror and vpmm_status_name for every status
  * (present, distinct, and a fallback for unknown values), the driver-result mapping
  * vpmm_i_status_from_dres, and vpmm_last_error(): per thread, replaced by each new failure, left
  * alone by successes, and always NUL-terminated however long the message.

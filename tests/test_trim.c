@@ -1,5 +1,5 @@
 /*
- * test_trim.c — vpmm_trim (src/trim.c): free pages go back to the driver, all or down to a
+ * test_trim.c — vpmm_trim (src/core/trim.c): free pages go back to the driver, all or down to a
  * target; memory still pending on a busy stream, pages shared with a live allocation, zombies and
  * pinned graph pools stay; idle graph pools give theirs; emptied extra chunks go; data in what
  * stays is intact; every driver call of a trim fails in turn without losing anything (a failed

@@ -1,6 +1,6 @@
 /*
  * test_uses.c — allocations used by other streams (vpmm_record_stream) and their deferred frees
- * (src/uses.c), on the host backend.
+ * (src/core/uses.c), on the host backend.
  *
  * A block recorded on stream B and freed on A is reused by nobody — A included — until B's work
  * enqueued before the free is done; then a slow path releases it as ordinary free memory of A.

@@ -1,5 +1,5 @@
 /*
- * internal.h — the narrow interface between the core pool (src/) and the layers built on it:
+ * internal.h — the narrow interface between the core pool (src/core/) and the layers built on it:
  * graph/ (graph pools, captures) and checkpoint/ (checkpoint take and reapply).
  *
  * Those layers never see the core's structs: arenas, streams and regions are opaque here, and

@@ -1,5 +1,6 @@
 /*
- * pool.c — the public entry points: create, destroy, malloc, free, stream release.
+ * pool.c — the public entry points: destroy, malloc, free, stream release, and the core half of
+ * create (vpmm_i_pool_create_on; vpmm_pool_create and the backend factory are in src/api/).
  *
  * vpmm_malloc runs the phases of docs/ALGORITHM.md in order and stops at the first that finds room:
  *   1a  a block of exactly this size freed earlier on this stream (cache.c) — the hot path: two

@@ -1,7 +1,7 @@
 /*
  * pool.h — the core pool's data model, shared by the core files (region, stream, pages, va,
- * policy, defrag, arena, pool, stats, check). Nothing outside src/ includes it: graph/ and
- * checkpoint/ use the narrower src/internal.h.
+ * policy, defrag, arena, pool, stats, check). Nothing outside src/core/ and src/api/ includes it
+ * (and the tests): graph/ and checkpoint/ use the narrower src/core/internal.h.
  *
  * Terms (docs/ALGORITHM.md has pictures). A *chunk* is one VA reservation. It is tiled by
  * *regions*, each in one state: ALLOCATED, FREE (mapped, reusable), HOLE (nothing mapped) or
