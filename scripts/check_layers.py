@@ -6,7 +6,8 @@ of a lower layer, never one of its own layer (sideways) or of a higher one (upwa
 
     api/ -> checkpoint/ -> graph/ -> core/ -> backends/{cuda,host,fault}/ -> driver/ -> ds/
 
-include/vpmm.h, the public contract, is below everything: every folder may include it, and it
+The backends are used by api/ only (its backend factory): the core and the layers above it reach
+them through the driver table. include/vpmm.h, the public contract, is below everything: every folder may include it, and it
 includes nothing of the product.
 
 Edges come from two sources:
@@ -44,6 +45,13 @@ LAYERS = [
     ("src/ds",),
     ("include",),
 ]
+# Folders only some others may use, whatever their rank: the backends are reached through the
+# driver table (driver/), and only the API floor's factory names them.
+ONLY_FROM = {
+    "src/backends/cuda": {"src/api"},
+    "src/backends/host": {"src/api"},
+    "src/backends/fault": {"src/api"},
+}
 # Folders whose files may call each other in a circle (see 2. above).
 CYCLIC_OK = {"src/core"}
 
@@ -189,6 +197,9 @@ def main():
             bad.append("upward edge: %s -> %s (%s; %s is above %s)" % (a, b, why, fb, fa))
         elif RANK[fb] == RANK[fa]:
             bad.append("sideways edge: %s -> %s (%s; %s and %s share a layer)" % (a, b, why, fa, fb))
+        elif fb in ONLY_FROM and fa not in ONLY_FROM[fb]:
+            bad.append("edge past the driver table: %s -> %s (%s; only %s may use %s)"
+                       % (a, b, why, ", ".join(sorted(ONLY_FROM[fb])), fb))
 
     # 2. files: no circle outside CYCLIC_OK (calls, and includes of .c files' own headers aside)
     adj = {}
