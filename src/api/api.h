@@ -1,6 +1,7 @@
 /*
  * api.h — the API floor: the public entry points that pick a backend or a layer and call down.
  * create.c is the backend factory and hands graph/'s hook table (when built in) to the core;
+ * malloc.c routes vpmm_malloc to graph/ (a captured stream) or to the core (the shared pool);
  * graph_off.c stands in for graph/ and checkpoint/ when VPMM_WITH_GRAPHS=OFF. Nothing below
  * src/api/ includes this header.
  */

@@ -5,8 +5,9 @@
  * Those layers never see the core's structs: arenas, streams and regions are opaque here, and
  * everything they do to the pool goes through the functions below, each under the pool lock
  * (vpmm_i_lock) unless it says otherwise. The core never calls graph/ by name: it calls the hook
- * table at the end (vpmm_graph_hooks_t), which the core owns and graph/ fills, so that a capture
- * is routed, a destroyed graph's pool is returned, and a pool with graph pools is not torn down.
+ * table at the end (vpmm_graph_hooks_t), which the core owns and graph/ fills, so that a free
+ * during a capture finds its arena, a destroyed graph's pool is returned, and a pool with graph
+ * pools is not torn down.
  * Without graph/ (VPMM_WITH_GRAPHS=OFF) the table is NULL.
  *
  *   graph/, checkpoint/  --arena, view, rewrite-->  core/
@@ -189,30 +190,38 @@ static inline void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
 }
 #endif
 
-/* vpmm_malloc's work (validation, capture query, trace line, out-of-memory report), from graph
- * pool gp when it is not NULL (vpmm_graph_pool_malloc; served by the malloc_into hook). */
-vpmm_status_t vpmm_i_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, const char *fn, size_t size,
-                                 vpmm_stream_t stream, void **out_ptr);
+/*
+ * A malloc's frame, shared by every public malloc (src/api/malloc.c: vpmm_malloc; graph/:
+ * vpmm_graph_pool_malloc), which decides in between who serves it:
+ *   vpmm_i_malloc_begin  validates (fn names the call in messages), rounds the size, asks whether
+ *                        the stream is being captured (before the lock: the query needs no pool
+ *                        state) and takes the pool lock. Returns with the lock held iff
+ *                        VPMM_SUCCESS.
+ *   vpmm_i_malloc_end    the trace line, the out-of-memory count and report (once, for the shared
+ *                        pool and graph pools alike), then the lock released.
+ */
+typedef struct vpmm_malloc_call {
+    vpmm_stream_key_t key;     /* the stream, canonical */
+    vpmm_capture_status_t cap; /* its capture status (NONE for the legacy stream: never asked) */
+    uint64_t capture_id;       /* the capture's id when cap != NONE */
+    size_t rsize;              /* the size rounded to VPMM_ALIGNMENT */
+} vpmm_malloc_call_t;
+
+vpmm_status_t vpmm_i_malloc_begin(vpmm_pool_t *p, const char *fn, size_t size, vpmm_stream_t stream,
+                                  void **out_ptr, vpmm_malloc_call_t *c);
+void vpmm_i_malloc_end(vpmm_pool_t *p, const vpmm_malloc_call_t *c, vpmm_status_t st, size_t size,
+                       void **out_ptr);
 
 /* ---- hooks: the core calls graph/ through a table it owns ---------------------------------- */
 
 /*
  * graph/'s entry points for the core, set per pool at creation (vpmm_i_pool_create_on; the API
  * floor passes graph/'s table, vpmm_g_hooks, when graph/ is built in). NULL: no graph support
- * (VPMM_WITH_GRAPHS=OFF): captured mallocs fail with VPMM_ERROR_NOT_SUPPORTED, the rest is a
- * no-op. The core never names a graph/ function: this table is its only way up. Every hook runs
- * under the pool lock.
+ * (VPMM_WITH_GRAPHS=OFF): each is a no-op. The core never names a graph/ function: this table is
+ * its only way up. A captured malloc never comes here: the API floor routes it to graph/ itself
+ * (src/api/malloc.c). Every hook runs under the pool lock.
  */
 typedef struct vpmm_graph_hooks {
-    /* vpmm_malloc on a stream that is being captured (capture_id): serve it from the capture's
-     * graph pool. */
-    vpmm_status_t (*malloc)(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
-                            size_t size, void **out_ptr);
-    /* vpmm_graph_pool_malloc: serve the allocation from gp; when stream is part of a capture
-     * (capturing, capture_id), that capture must be gp's (registered with gp now if vpmm has
-     * not seen it yet), else VPMM_ERROR_WRONG_POOL. */
-    vpmm_status_t (*malloc_into)(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_stream_key_t stream,
-                                 int capturing, uint64_t capture_id, size_t size, void **out_ptr);
     /* The arena capture_id allocates from, or NULL (a free during a capture asks). */
     vpmm_arena_t *(*capture_arena)(vpmm_pool_t *p, uint64_t capture_id);
     /* Returns the pages of graph pools whose last graph and handle are gone, and notices

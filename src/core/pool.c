@@ -1,8 +1,10 @@
 /*
- * pool.c — the public entry points: destroy, malloc, free, stream release, and the core half of
- * create (vpmm_i_pool_create_on; vpmm_pool_create and the backend factory are in src/api/).
+ * pool.c — the public entry points destroy, free, stream release, and the core halves of create
+ * (vpmm_i_pool_create_on) and malloc (vpmm_i_malloc_shared, the frame's begin/end); src/api/ has
+ * vpmm_pool_create (the backend factory) and vpmm_malloc (which routes a malloc).
  *
- * vpmm_malloc runs the phases of docs/ALGORITHM.md in order and stops at the first that finds room:
+ * The shared pool's malloc runs the phases of docs/ALGORITHM.md in order and stops at the first
+ * that finds room:
  *   1a  a block of exactly this size freed earlier on this stream (cache.c) — the hot path: two
  *       hash operations, no tree, no driver call but one capture-status query; else best fit
  *       among memory the stream can use without waiting (its own frees, ready memory);
@@ -12,8 +14,8 @@
  *   1c  best fit among other streams' pending memory, with a GPU-side wait;
  *    2  defragment / grow: map pages into a hole (policy.c decides, defrag.c executes).
  * A stream that is being captured into a CUDA graph is served by its capture's graph pool
- * instead (graph/ routes it, reached through the hook table p->ghooks; arena.c allocates); the
- * shared pool never serves a capture. vpmm_free puts the block into its stream's exact-size cache
+ * instead (src/api/malloc.c sends it to graph/; arena.c allocates); the shared pool never serves
+ * a capture. vpmm_free puts the block into its stream's exact-size cache
  * (cache.c: no coalescing until a slow path or until the cache reaches opt.cache_percent of mapped
  * memory), else frees and coalesces; a graph pool's block goes back to its graph pool (arena.c).
  * Every public call takes the pool lock for its whole duration (thread-safe, one at a time).
@@ -332,78 +334,24 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
 }
 
 /*
- * vpmm_malloc, and vpmm_graph_pool_malloc (gp set: the allocation comes from that graph pool,
- * graph/ checks it against a capture the stream is part of). fn names the public call in
- * messages.
+ * The shared pool's part of vpmm_malloc (src/api/malloc.c decides that the shared pool serves
+ * it): the caller holds the lock (vpmm_i_malloc_enter) and releases what `pre` holds after
+ * vpmm_i_malloc_leave.
  */
-vpmm_status_t vpmm_i_malloc_into(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, const char *fn,
-                                 size_t size, vpmm_stream_t stream, void **out_ptr)
+vpmm_status_t vpmm_i_malloc_shared(vpmm_pool_t *pool, const char *fn, vpmm_stream_key_t key,
+                                   size_t size, size_t rsize, void **out_ptr,
+                                   vpmm_precreated_t *pre)
 {
-    vpmm_capture_status_t cap;
-    vpmm_precreated_t pre = { NULL, 0, 0, 0 };
-    vpmm_stream_key_t key;
     vpmm_region_t *r;
     vpmm_strm_t *s;
     vpmm_status_t st;
-    vpmm_dres_t dres;
-    uint64_t capture_id;
-    size_t rsize;
 
-    if (out_ptr == NULL || pool == NULL) {
-        vpmm_i_set_error("%s: %s is NULL", fn, pool == NULL ? "pool" : "out_ptr");
-        if (out_ptr != NULL)
-            *out_ptr = NULL;
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
-    *out_ptr = NULL;
-    if (size == 0) {
-        vpmm_i_set_error("%s: size is 0", fn);
-        return VPMM_ERROR_INVALID_SIZE;
-    }
-    rsize = vpmm_round_up_checked(size, VPMM_ALIGNMENT);
-    if (rsize == 0 || rsize > pool->opt.va_size) {
-        vpmm_i_set_error("%s: %zu bytes exceed the VA chunk size (%zu)", fn, size,
-                         pool->opt.va_size);
-        return VPMM_ERROR_SIZE_TOO_LARGE;
-    }
-
-    /* The legacy default stream is never captured (driver.h rule 6): no query on its hot path.
-     * Other streams are asked before the lock is taken: the query needs no pool state. The key's
-     * handle is canonical: stream 0 of a per-thread program is this thread's per-thread stream,
-     * which can be captured. */
-    key = vpmm_i_stream_key(pool, stream);
-    cap = VPMM_CAPTURE_NONE;
-    capture_id = 0;
-    dres = VPMM_DRV_OK;
-    if (!vpmm_i_stream_is_legacy(key.handle))
-        dres = pool->drv->capture_info(pool->drv, key.handle, &cap, &capture_id, NULL);
-    vpmm_i_lock(pool);
-    st = vpmm_i_drv_status(pool, dres);
-    if (st != VPMM_SUCCESS)
-        goto out;
-    if (VPMM_UNLIKELY(gp != NULL || cap != VPMM_CAPTURE_NONE)) {
-        if (pool->ghooks == NULL) {
-            vpmm_i_set_error("%s: the stream is being captured, and this vpmm was built without "
-                             "graph support (VPMM_WITH_GRAPHS=OFF)",
-                             fn);
-            st = VPMM_ERROR_NOT_SUPPORTED;
-        } else if (gp != NULL) {
-            /* A graph pool named by the caller (graph/ checks it against a capture). */
-            st = pool->ghooks->malloc_into(pool, gp, key, cap != VPMM_CAPTURE_NONE, capture_id,
-                                           size, out_ptr);
-        } else {
-            /* A capture: its graph pool serves it (graph/), never the shared pool. */
-            st = pool->ghooks->malloc(pool, key, capture_id, size, out_ptr);
-        }
-        goto out;
-    }
     s = vpmm_i_stream_get(pool, key);
     if (s == NULL ||
         (VPMM_UNLIKELY(pool->spare_count < 4) && vpmm_i_region_reserve(pool, 4) != VPMM_SUCCESS) ||
         vpmm_hmap_reserve(&pool->allocs, 1) != 0) {
         vpmm_i_set_error("%s: out of host memory for bookkeeping", fn);
-        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        goto out;
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
     r = vpmm_i_cache_take(pool, s, rsize);
     if (VPMM_LIKELY(r != NULL)) {
@@ -412,33 +360,28 @@ vpmm_status_t vpmm_i_malloc_into(vpmm_pool_t *pool, vpmm_graph_pool_t *gp, const
     } else {
         r = vpmm_i_fit_nowait(pool, s, rsize);
         if (VPMM_UNLIKELY(r == NULL)) {
-            st = malloc_slow(pool, s, rsize, &r, &pre);
+            st = malloc_slow(pool, s, rsize, &r, pre);
             if (st != VPMM_SUCCESS)
-                goto out;
+                return st;
         }
         r = vpmm_i_allocate_from(pool, r, s, rsize, size);
     }
     pool->c.mallocs++;
     vpmm_i_note_peaks(pool);
     *out_ptr = (void *)r->addr;
-out:
-    if (VPMM_UNLIKELY(pool->record != NULL) && st == VPMM_SUCCESS)
-        vpmm_i_record_op(pool, 'a', (uintptr_t)*out_ptr, size, key);
-    if (VPMM_UNLIKELY(st == VPMM_ERROR_OUT_OF_MEMORY)) {
-        /* Every way to run out, the shared pool's and a graph pool's, is counted and reported
-         * here, once (the graph pool counted its own). */
-        pool->c.ooms++;
-        vpmm_i_oom_report(pool, size, key.handle);
-    }
-    vpmm_i_unlock(pool);
-    if (VPMM_UNLIKELY(pre.h != NULL))
-        vpmm_i_precreated_discard(pool->drv, &pre); /* the handles the final plan did not use */
-    return st;
+    return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
+vpmm_status_t vpmm_i_malloc_begin(vpmm_pool_t *pool, const char *fn, size_t size,
+                                  vpmm_stream_t stream, void **out_ptr, vpmm_malloc_call_t *c)
 {
-    return vpmm_i_malloc_into(pool, NULL, "vpmm_malloc", size, stream, out_ptr);
+    return vpmm_i_malloc_enter(pool, fn, size, stream, out_ptr, c);
+}
+
+void vpmm_i_malloc_end(vpmm_pool_t *pool, const vpmm_malloc_call_t *c, vpmm_status_t st,
+                       size_t size, void **out_ptr)
+{
+    vpmm_i_malloc_leave(pool, c, st, size, out_ptr);
 }
 
 vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn)

@@ -270,7 +270,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
                                     const vpmm_graph_hooks_t *ghooks, vpmm_pool_t **out);
 
 /* The graph hooks the core calls, each a no-op without graph/ (all slow paths: one pointer test).
- * The captured malloc hooks are called in pool.c, which refuses them without graph/. */
+ * A captured malloc never reaches the core: src/api/malloc.c routes it. */
 static inline void vpmm_i_graphs_collect(vpmm_pool_t *p)
 {
     if (p->ghooks != NULL)
@@ -485,6 +485,68 @@ vpmm_dres_t vpmm_i_precreate(vpmm_driver_t *d, size_t page_size, size_t npages, 
                              vpmm_precreated_t *set);
 /* Releases the set's handles and frees it (no pool state touched: callable without the lock). */
 void vpmm_i_precreated_discard(vpmm_driver_t *d, vpmm_precreated_t *set);
+
+/* vpmm_malloc's shared-pool part (pool.c): the lock held; what `pre` holds afterwards is the
+ * caller's to discard, after vpmm_i_malloc_leave. */
+vpmm_status_t vpmm_i_malloc_shared(vpmm_pool_t *pool, const char *fn, vpmm_stream_key_t key,
+                                   size_t size, size_t rsize, void **out_ptr,
+                                   vpmm_precreated_t *pre);
+
+/* vpmm_i_malloc_begin and _end (internal.h), inline for the malloc hot path (src/api/malloc.c):
+ * the public malloc makes one call into the core, as it did before the API floor routed it. */
+static inline void vpmm_i_malloc_leave(vpmm_pool_t *pool, const vpmm_malloc_call_t *c,
+                                       vpmm_status_t st, size_t size, void **out_ptr)
+{
+    if (VPMM_UNLIKELY(pool->record != NULL) && st == VPMM_SUCCESS)
+        vpmm_i_record_op(pool, 'a', (uintptr_t)*out_ptr, size, c->key);
+    if (VPMM_UNLIKELY(st == VPMM_ERROR_OUT_OF_MEMORY)) {
+        /* Every way to run out, the shared pool's and a graph pool's, is counted and reported
+         * here, once (the graph pool counted its own). */
+        pool->c.ooms++;
+        vpmm_i_oom_report(pool, size, c->key.handle);
+    }
+    vpmm_i_unlock(pool);
+}
+
+static inline vpmm_status_t vpmm_i_malloc_enter(vpmm_pool_t *pool, const char *fn, size_t size,
+                                                vpmm_stream_t stream, void **out_ptr,
+                                                vpmm_malloc_call_t *c)
+{
+    vpmm_dres_t dres = VPMM_DRV_OK;
+    vpmm_status_t st;
+    if (out_ptr == NULL || pool == NULL) {
+        vpmm_i_set_error("%s: %s is NULL", fn, pool == NULL ? "pool" : "out_ptr");
+        if (out_ptr != NULL)
+            *out_ptr = NULL;
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    *out_ptr = NULL;
+    if (size == 0) {
+        vpmm_i_set_error("%s: size is 0", fn);
+        return VPMM_ERROR_INVALID_SIZE;
+    }
+    c->rsize = vpmm_round_up_checked(size, VPMM_ALIGNMENT);
+    if (c->rsize == 0 || c->rsize > pool->opt.va_size) {
+        vpmm_i_set_error("%s: %zu bytes exceed the VA chunk size (%zu)", fn, size,
+                         pool->opt.va_size);
+        return VPMM_ERROR_SIZE_TOO_LARGE;
+    }
+    /* The legacy default stream is never captured (driver.h rule 6): no query on its hot path.
+     * Other streams are asked before the lock is taken: the query needs no pool state. The key's
+     * handle is canonical: stream 0 of a per-thread program is this thread's per-thread stream,
+     * which can be captured. */
+    c->key = vpmm_i_stream_key(pool, stream);
+    c->cap = VPMM_CAPTURE_NONE;
+    c->capture_id = 0;
+    if (!vpmm_i_stream_is_legacy(c->key.handle))
+        dres = pool->drv->capture_info(pool->drv, c->key.handle, &c->cap, &c->capture_id, NULL);
+    vpmm_i_lock(pool);
+    st = vpmm_i_drv_status(pool, dres);
+    if (st != VPMM_SUCCESS)
+        vpmm_i_malloc_leave(pool, c, st, size, out_ptr); /* counted as any failed malloc */
+    return st;
+}
+
 /* vpmm_i_pages_create that takes handles of the right size from set first (set may be NULL). */
 vpmm_status_t vpmm_i_pages_create_from(vpmm_pool_t *p, size_t npages, size_t unit,
                                        vpmm_phys_t **out, vpmm_precreated_t *set);

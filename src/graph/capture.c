@@ -44,8 +44,8 @@ static vpmm_status_t record_for(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_poo
     return vpmm_cap_new(p, g, gp, stream, id, graph, out);
 }
 
-static vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
-                                   size_t size, void **out_ptr)
+vpmm_status_t vpmm_g_capture_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
+                                    size_t size, void **out_ptr)
 {
     vpmm_graphs_t *g = vpmm_gp_state(p);
     vpmm_capture_rec_t *rec;
@@ -55,9 +55,8 @@ static vpmm_status_t vpmm_g_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uin
     return vpmm_i_arena_malloc(p, rec->gp->arena, stream, size, out_ptr);
 }
 
-static vpmm_status_t vpmm_g_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp,
-                                        vpmm_stream_key_t stream, int capturing,
-                                        uint64_t capture_id, size_t size, void **out_ptr)
+static vpmm_status_t malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp, vpmm_stream_key_t stream,
+                                 int capturing, uint64_t capture_id, size_t size, void **out_ptr)
 {
     if (capturing) {
         vpmm_graphs_t *g = vpmm_gp_state(p);
@@ -79,10 +78,15 @@ static vpmm_status_t vpmm_g_malloc_into(vpmm_pool_t *p, vpmm_graph_pool_t *gp,
 vpmm_status_t vpmm_graph_pool_malloc(vpmm_graph_pool_t *gp, size_t size, vpmm_stream_t stream,
                                      void **out_ptr)
 {
+    vpmm_malloc_call_t c;
+    vpmm_status_t st;
     if (out_ptr != NULL)
         *out_ptr = NULL;
     VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_graph_pool_malloc"));
-    return vpmm_i_malloc_into(gp->pool, gp, "vpmm_graph_pool_malloc", size, stream, out_ptr);
+    VPMM_CHECK(vpmm_i_malloc_begin(gp->pool, "vpmm_graph_pool_malloc", size, stream, out_ptr, &c));
+    st = malloc_into(gp->pool, gp, c.key, c.cap != VPMM_CAPTURE_NONE, c.capture_id, size, out_ptr);
+    vpmm_i_malloc_end(gp->pool, &c, st, size, out_ptr);
+    return st;
 }
 
 static vpmm_arena_t *vpmm_g_capture_arena(vpmm_pool_t *p, uint64_t capture_id)
@@ -106,8 +110,6 @@ static void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream)
 }
 
 const vpmm_graph_hooks_t vpmm_g_hooks = {
-    .malloc = vpmm_g_malloc,
-    .malloc_into = vpmm_g_malloc_into,
     .capture_arena = vpmm_g_capture_arena,
     .collect = vpmm_g_collect,
     .fini = vpmm_g_fini,
