@@ -188,10 +188,17 @@ def main():
     calls = call_edges(root, args.nm, args.objects) if args.objects else set()
     bad = []
 
+    # 0. every file of the library is in a layer
+    for a, b, _ in inc | calls:
+        for f in (a, b):
+            if folder_of(f) is None:
+                bad.append("file outside the layers: %s (move it into a folder of LAYERS)" % f)
+    bad = sorted(set(bad))
+
     # 1. folders: down only
     for a, b, why in sorted(inc | calls):
         fa, fb = folder_of(a), folder_of(b)
-        if fa == fb:
+        if fa == fb or fa is None or fb is None:
             continue
         if RANK[fb] < RANK[fa]:
             bad.append("upward edge: %s -> %s (%s; %s is above %s)" % (a, b, why, fb, fa))
@@ -204,7 +211,7 @@ def main():
     # 2. files: no circle outside CYCLIC_OK (calls, and includes of .c files' own headers aside)
     adj = {}
     for a, b, _ in calls:
-        if folder_of(a) == folder_of(b) and folder_of(a) not in CYCLIC_OK:
+        if folder_of(a) == folder_of(b) and folder_of(a) not in CYCLIC_OK | {None}:
             adj.setdefault(a, set()).add(b)
     for comp in sccs(sorted(adj), adj):
         bad.append("circle of calls between files: " + " <-> ".join(comp))
