@@ -3,7 +3,7 @@
 # `bash tests/package/run.sh`). In a fresh temporary directory it
 #   1. builds the library alone (Release; tests, samples, benchmarks and GPU kernels off),
 #   2. installs it with `cmake --install --prefix` and checks the tree holds exactly the header,
-#      libvpmm.so (+ its SONAME links), libvpmm.a, the CMake package and vpmm.pc,
+#      libvpmm.so (+ its SONAME links), libvpmm.a, the CMake package, vpmm.pc and the LICENSE,
 #   3. checks libvpmm.so: its SONAME, and that it exports exactly the functions of vpmm.h,
 #   4. builds tests/package (consumer.c) with find_package(vpmm): vpmm::vpmm and
 #      vpmm::vpmm_static, and runs both,
@@ -114,6 +114,7 @@ $lib/libvpmm.so
 $lib/libvpmm.so.$soversion
 $lib/libvpmm.so.$version
 $lib/pkgconfig/vpmm.pc
+share/doc/vpmm/LICENSE
 EOF
 sed 's/^/  /' "$work/installed.txt"
 diff -u "$work/expected.txt" "$work/installed.txt" >&2 ||
