@@ -10,8 +10,9 @@
  * checked with vpmm_pool_check after every operation, destroyed at the end, and the device's free
  * memory must come back. The log is the report: lines start with "[gpu]".
  *
- * Every test skip()s when there is no CUDA device (or the build had no nvcc); with
- * VPMM_TEST_REQUIRE_GPU=1 that is a failure instead, for runs on GPU machines. The stress test's
+ * Every test skip()s when there is no CUDA device (or the build had no nvcc), and the program then
+ * exits 77 (ctest: Skipped); with VPMM_TEST_REQUIRE_GPU=1 that is a failure instead, for runs on
+ * GPU machines. The stress test's
  * sequence comes from VPMM_TEST_SEED (default 20240611, printed). Single-threaded.
  */
 #include <inttypes.h>
@@ -963,5 +964,5 @@ int main(void)
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_out_of_memory),
     };
-    return cmocka_run_group_tests(tests, NULL, gpu_teardown);
+    return gpu_exit_status(cmocka_run_group_tests(tests, NULL, gpu_teardown));
 }
