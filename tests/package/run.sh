@@ -8,7 +8,7 @@
 #   4. builds tests/package (consumer.c) with find_package(vpmm): vpmm::vpmm and
 #      vpmm::vpmm_static, and runs both,
 #   5. builds consumer.c with pkg-config, shared and --static, and runs both,
-#   6. makes the Debian packages (`cpack -G DEB`; skipped where dpkg-deb is missing) and checks
+#   6. makes the Debian packages (`cpack -G DEB`; skipped without dpkg-deb and file) and checks
 #      them: libvpmm holds the shared library and the LICENSE, libvpmm-dev the rest of the install
 #      tree and depends on libvpmm of its version, the two together are exactly the install tree;
 #      unpacked, consumer.c builds against them with find_package and pkg-config and runs,
@@ -192,8 +192,10 @@ check_linkage "$work/pc_static" static
 run_consumer "" "$work/pc_static"
 
 step "6. Debian packages (cpack -G DEB)"
-debs="skipped (no dpkg-deb)"
-if command -v dpkg-deb >/dev/null; then
+# cpack's dependency list (dpkg-shlibdeps) needs `file`; scripts/setup.sh installs both.
+debs="skipped (needs dpkg-deb, dpkg-shlibdeps and file)"
+if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null &&
+    command -v file >/dev/null; then
     quiet cpack bash -c "cd '$work/build' && '$cpack' -G DEB"
     arch=$(dpkg --print-architecture)
     deb_rt="$work/build/libvpmm_${version}_$arch.deb"
