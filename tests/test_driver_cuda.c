@@ -523,7 +523,8 @@ static void test_capture_info(void **state)
         assert_int_equal(d->capture_info(d, other, &cs, &id, NULL), VPMM_DRV_OK);
         assert_int_equal(cs, VPMM_CAPTURE_NONE);
 
-        /* Recording an event in a capturing stream is allowed (DESIGN §1). */
+        /* Recording an event in a capturing stream is allowed (docs/ALGORITHM.md, "The VMM
+         * driver calls"). */
         vpmm_drv_event_t ev = NULL;
         assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
         assert_int_equal(d->event_record(d, ev, s), VPMM_DRV_OK);
@@ -549,8 +550,8 @@ static void test_capture_info(void **state)
 }
 
 /*
- * What happens after cudaEventQuery on an event recorded in a capturing stream (DESIGN §1 says
- * error 907 and an invalidated capture). Informational: prints, requires only sane answers.
+ * What happens after cudaEventQuery on an event recorded in a capturing stream (docs/ALGORITHM.md
+ * says error 907 and an invalidated capture). Informational: prints, requires only sane answers.
  */
 static void test_capture_invalidated(void **state)
 {
@@ -999,10 +1000,8 @@ static void test_open_twice(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest anywhere[] = {
-        cmocka_unit_test(test_device_count_without_crash),
-        cmocka_unit_test(test_open_null_out),
-        cmocka_unit_test(test_open_current_device),
-        cmocka_unit_test(test_open_out_of_range),
+        cmocka_unit_test(test_device_count_without_crash), cmocka_unit_test(test_open_null_out),
+        cmocka_unit_test(test_open_current_device),        cmocka_unit_test(test_open_out_of_range),
         cmocka_unit_test(test_driver_presence_consistent),
     };
     const struct CMUnitTest gpu[] = {

@@ -3,7 +3,7 @@
  * writing a seeded pattern into every allocation and checking it, so a wrong mapping, a missing
  * GPU-side wait or a remap that loses data shows up as mismatching words, not as a guess.
  *
- * Scenarios: the kernels' own self-test; basic sizes; the seed walkthrough (DESIGN.md §2) with
+ * Scenarios: the kernels' own self-test; basic sizes; the seed walkthrough (docs/ALGORITHM.md) with
  * 2 MiB pages, compared with the host emulation; data integrity across a defragmentation; reuse
  * and defragmentation across two streams while the first is still busy (and no host sync on the
  * malloc path); a seeded random stress over 4 streams; out of device memory. Every pool is
@@ -367,7 +367,7 @@ static void test_basic(void **state)
 
 typedef struct seed_case {
     const char *name;
-    size_t prealloc, mapped_after, ptr4, max_remapped; /* pages; DESIGN.md §2's table */
+    size_t prealloc, mapped_after, ptr4, max_remapped; /* pages; ALGORITHM.md's table */
 } seed_case_t;
 
 static const seed_case_t seed_cases[] = {

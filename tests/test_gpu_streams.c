@@ -53,9 +53,9 @@
 #define PROG_NAME "test_gpu_streams"
 #endif
 
-#define BLOCK     (16 * MiB) /* what A and B each allocate */
-#define SPIN_MS   250.0      /* A's kernel holds the block this long after its free */
-#define WAIT_S    60         /* a thread waiting longer than this for the other gives up */
+#define BLOCK   (16 * MiB) /* what A and B each allocate */
+#define SPIN_MS 250.0      /* A's kernel holds the block this long after its free */
+#define WAIT_S  60         /* a thread waiting longer than this for the other gives up */
 
 /* What the probe sets up for the tests. */
 static struct gpu {
