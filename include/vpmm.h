@@ -47,9 +47,17 @@
 extern "C" {
 #endif
 
+/*
+ * The version of this header. It is written here only: CMake's project(VERSION) reads these three
+ * lines, and vpmm_version() returns the library's own, which differs only when a program runs
+ * against another build of libvpmm than the header it was compiled with. While the major version is
+ * 0, a new minor version may change the ABI (the SONAME carries it: libvpmm.so.0.1).
+ */
 #define VPMM_VERSION_MAJOR 0
 #define VPMM_VERSION_MINOR 1
 #define VPMM_VERSION_PATCH 0
+/* One number for #if: 0.1.0 is 100, 1.2.3 is 10203. */
+#define VPMM_VERSION (VPMM_VERSION_MAJOR * 10000 + VPMM_VERSION_MINOR * 100 + VPMM_VERSION_PATCH)
 
 /* Every allocation is aligned to (and its size rounded up to) this many bytes, like cudaMalloc. */
 #define VPMM_ALIGNMENT 256u
@@ -553,6 +561,12 @@ size_t vpmm_checkpoint_allocs(const vpmm_checkpoint_t *checkpoint, vpmm_checkpoi
 /* Frees a checkpoint (it holds no pool memory, takes no pool lock). NULL is ignored.
  * Threads: alone with respect to checkpoint. */
 void vpmm_checkpoint_destroy(vpmm_checkpoint_t *checkpoint);
+
+/* ---- version ----------------------------------------------------------------------------- */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (e.g. "0.1.0"): a static string, never NULL. It
+ * equals the VPMM_VERSION_* macros of the header the library was built with. Threads: free. */
+const char *vpmm_version(void);
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
