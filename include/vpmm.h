@@ -537,9 +537,13 @@ vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *graph_pool,
 /*
  * Reapplies checkpoint to graph_pool, then frees the n_dead allocations listed in dead (each must
  * be an allocation of the checkpoint: the caller's way to drop those whose owners have died).
- * Allocations made after the checkpoint are freed; their pointers are invalid afterwards.
+ * Allocations made after the checkpoint are freed; their pointers are invalid afterwards. Their
+ * memory is free at once, for the graph pool's next capture, even where vpmm_record_stream named
+ * other streams: a graph pool's memory is ordered by its graphs' replays, and a reapply says the
+ * dropped allocations are dead (PyTorch's graph trees reapply only then).
  * Refused with no change: VPMM_ERROR_WRONG_POOL for a checkpoint of another graph pool,
- * VPMM_ERROR_CHECKPOINT_CONFLICT when a checkpointed allocation is no longer mapped,
+ * VPMM_ERROR_CHECKPOINT_CONFLICT when a checkpointed allocation is no longer mapped, or while
+ * memory freed in the graph pool is still used by another stream (a vpmm_record_stream free),
  * VPMM_ERROR_STREAM_CAPTURING during a capture into the graph pool, VPMM_ERROR_INVALID_ARGUMENT
  * when a dead pointer is not one of the checkpoint's allocations (or listed twice).
  * Threads: any; validation and rewrite happen under the lock, so other threads see the graph
