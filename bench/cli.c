@@ -1,7 +1,6 @@
 /*
- * cli.c — the shared command-line pieces of cli.h. VPMM_BENCH_VERSION is the project's version,
- * given by bench/CMakeLists.txt from project(... VERSION ...); once the library exports
- * vpmm_version(), cli_version() returns that instead and nothing else changes.
+ * cli.c — the shared command-line pieces of cli.h. --version prints the library's own
+ * vpmm_version() (the one the tool runs with).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -11,15 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "vpmm.h"
 
-#ifndef VPMM_BENCH_VERSION
-#error "VPMM_BENCH_VERSION (the project's version) must be defined by the build"
-#endif
+#include "cli.h"
 
 const char *cli_version(void)
 {
-    return VPMM_BENCH_VERSION;
+    return vpmm_version();
 }
 
 _Noreturn void cli_other_option(const char *tool, int opt, void (*usage)(FILE *))

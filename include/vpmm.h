@@ -47,9 +47,17 @@
 extern "C" {
 #endif
 
+/*
+ * The version of this header. It is written here only: CMake's project(VERSION) reads these three
+ * lines, and vpmm_version() returns the library's own, which differs only when a program runs
+ * against another build of libvpmm than the header it was compiled with. While the major version is
+ * 0, a new minor version may change the ABI (the SONAME carries it: libvpmm.so.0.1).
+ */
 #define VPMM_VERSION_MAJOR 0
 #define VPMM_VERSION_MINOR 1
 #define VPMM_VERSION_PATCH 0
+/* One number for #if: 0.1.0 is 100, 1.2.3 is 10203. */
+#define VPMM_VERSION (VPMM_VERSION_MAJOR * 10000 + VPMM_VERSION_MINOR * 100 + VPMM_VERSION_PATCH)
 
 /* Every allocation is aligned to (and its size rounded up to) this many bytes, like cudaMalloc. */
 #define VPMM_ALIGNMENT 256u
@@ -529,9 +537,13 @@ vpmm_status_t vpmm_checkpoint_take(vpmm_graph_pool_t *graph_pool,
 /*
  * Reapplies checkpoint to graph_pool, then frees the n_dead allocations listed in dead (each must
  * be an allocation of the checkpoint: the caller's way to drop those whose owners have died).
- * Allocations made after the checkpoint are freed; their pointers are invalid afterwards.
+ * Allocations made after the checkpoint are freed; their pointers are invalid afterwards. Their
+ * memory is free at once, for the graph pool's next capture, even where vpmm_record_stream named
+ * other streams: a graph pool's memory is ordered by its graphs' replays, and a reapply says the
+ * dropped allocations are dead (PyTorch's graph trees reapply only then).
  * Refused with no change: VPMM_ERROR_WRONG_POOL for a checkpoint of another graph pool,
- * VPMM_ERROR_CHECKPOINT_CONFLICT when a checkpointed allocation is no longer mapped,
+ * VPMM_ERROR_CHECKPOINT_CONFLICT when a checkpointed allocation is no longer mapped, or while
+ * memory freed in the graph pool is still used by another stream (a vpmm_record_stream free),
  * VPMM_ERROR_STREAM_CAPTURING during a capture into the graph pool, VPMM_ERROR_INVALID_ARGUMENT
  * when a dead pointer is not one of the checkpoint's allocations (or listed twice).
  * Threads: any; validation and rewrite happen under the lock, so other threads see the graph
@@ -553,6 +565,12 @@ size_t vpmm_checkpoint_allocs(const vpmm_checkpoint_t *checkpoint, vpmm_checkpoi
 /* Frees a checkpoint (it holds no pool memory, takes no pool lock). NULL is ignored.
  * Threads: alone with respect to checkpoint. */
 void vpmm_checkpoint_destroy(vpmm_checkpoint_t *checkpoint);
+
+/* ---- version ----------------------------------------------------------------------------- */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (e.g. "0.1.0"): a static string, never NULL. It
+ * equals the VPMM_VERSION_* macros of the header the library was built with. Threads: free. */
+const char *vpmm_version(void);
 
 /* ---- errors ------------------------------------------------------------------------------ */
 

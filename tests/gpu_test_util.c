@@ -84,6 +84,11 @@ int gpu_present(void)
     return gate.present;
 }
 
+int gpu_exit_status(int failed)
+{
+    return failed == 0 && !gate.present ? GPU_SKIP_EXIT : failed;
+}
+
 int gpu_probe_pool(char *why, size_t len, size_t *out_page_size)
 {
     vpmm_config_t cfg;

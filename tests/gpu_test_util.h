@@ -7,7 +7,8 @@
  * and passes it to gpu_ready, which calls it once, caches the answer and, without a device, says
  * why once ("<tag> every GPU test skips: <why>") and lets the test skip(); with
  * VPMM_TEST_REQUIRE_GPU=1 that is a failure instead, for runs on GPU machines. A build without
- * the kernels (no nvcc: VPMM_HAVE_KERNELS undefined) skips without calling the probe.
+ * the kernels (no nvcc: VPMM_HAVE_KERNELS undefined) skips without calling the probe. A program
+ * whose every test skipped exits GPU_SKIP_EXIT (77, gpu_exit_status), which ctest shows as skipped.
  *
  * gpu_test_util.c is compiled into each test program (CMake SOURCES), not into a library: it
  * must see that program's VPMM_HAVE_KERNELS (the stand-ins) and its
@@ -67,6 +68,16 @@ int gpu_ready(const char *tag, gpu_probe_fn probe);
 
 /* 1 once gpu_ready has found a device; 0 before, or when every GPU test skipped. */
 int gpu_present(void);
+
+/* The exit status of a GPU test program whose every test skipped (no usable device, or built
+ * without the kernels): tests/CMakeLists.txt gives it to ctest as SKIP_RETURN_CODE, so that ctest
+ * reports the program as skipped, not passed. */
+#define GPU_SKIP_EXIT 77
+
+/* What main returns after cmocka_run_group_tests (failed: its result, the number of failed tests):
+ * GPU_SKIP_EXIT when nothing failed and no device was found, else failed. With
+ * VPMM_TEST_REQUIRE_GPU=1 and no device every test has failed, so it is never GPU_SKIP_EXIT. */
+int gpu_exit_status(int failed);
 
 /*
  * The first step of a probe: 1 if the CUDA runtime sees a device and vpmm opens a pool on it (CUDA

@@ -26,8 +26,10 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def project_version():
-    with open(os.path.join(SRC, "CMakeLists.txt")) as f:
-        return re.search(r"project\(vpmm VERSION ([0-9.]+)", f.read()).group(1)
+    with open(os.path.join(SRC, "include", "vpmm.h")) as f:
+        text = f.read()
+    part = lambda name: re.search(r"#define VPMM_VERSION_%s +([0-9]+)" % name, text).group(1)
+    return ".".join(part(n) for n in ("MAJOR", "MINOR", "PATCH"))
 
 
 def run(tool, *args, env=None):

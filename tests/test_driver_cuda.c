@@ -8,6 +8,10 @@
  * statically, so the binary still starts without a driver) to move bytes and to drive streams
  * and captures. Set VPMM_TEST_REQUIRE_GPU=1 to turn "no device" into a failure on GPU machines.
  *
+ * `test_driver_cuda anywhere` runs the first group, `test_driver_cuda gpu` the GPU group, which
+ * exits 77 when every test skipped (ctest: Skipped; ctest runs the two as test_driver_cuda and
+ * test_driver_cuda_gpu); no argument runs both.
+ *
  * Notes print with a "[driver_cuda]" prefix: granularity, the non-zero-offset verdict, OOM counts,
  * what the driver says to captures on the legacy stream, and when and on which thread a user
  * object's destructor ran.
@@ -186,16 +190,29 @@ static void test_driver_presence_consistent(void **state)
 
 /* ---- GPU tests ----------------------------------------------------------------------------- */
 
+static int gpu_opened; /* a GPU test got a driver: not every one skipped */
+
+/* Every GPU test starts here: skips without a usable device, unless VPMM_TEST_REQUIRE_GPU is set
+ * (then it fails). */
 static vpmm_driver_t *open_or_skip(void)
 {
-    if (vpmm_driver_cuda_device_count() == 0)
+    const char *require = getenv("VPMM_TEST_REQUIRE_GPU");
+    int required = require != NULL && require[0] != '\0' && strcmp(require, "0") != 0;
+    if (vpmm_driver_cuda_device_count() == 0) {
+        if (required)
+            fail_msg("VPMM_TEST_REQUIRE_GPU is set but the CUDA backend sees no device");
         skip();
+    }
     vpmm_driver_t *d = NULL;
     vpmm_dres_t st = vpmm_driver_cuda_open(-1, &d);
-    if (st == VPMM_DRV_NOT_SUPPORTED)
+    if (st == VPMM_DRV_NOT_SUPPORTED) {
+        if (required)
+            fail_msg("VPMM_TEST_REQUIRE_GPU is set but the device does not support VMM");
         skip();
+    }
     assert_int_equal(st, VPMM_DRV_OK);
     assert_non_null(d);
+    gpu_opened = 1;
     return d;
 }
 
@@ -528,7 +545,8 @@ static void test_capture_info(void **state)
         assert_int_equal(d->capture_info(d, other, &cs, &id, NULL), VPMM_DRV_OK);
         assert_int_equal(cs, VPMM_CAPTURE_NONE);
 
-        /* Recording an event in a capturing stream is allowed (DESIGN §1). */
+        /* Recording an event in a capturing stream is allowed (docs/ALGORITHM.md, "The VMM
+         * driver calls"). */
         vpmm_drv_event_t ev = NULL;
         assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
         assert_int_equal(d->event_record(d, ev, s), VPMM_DRV_OK);
@@ -554,8 +572,8 @@ static void test_capture_info(void **state)
 }
 
 /*
- * What happens after cudaEventQuery on an event recorded in a capturing stream (DESIGN §1 says
- * error 907 and an invalidated capture). Informational: prints, requires only sane answers.
+ * What happens after cudaEventQuery on an event recorded in a capturing stream (docs/ALGORITHM.md
+ * says error 907 and an invalidated capture). Informational: prints, requires only sane answers.
  */
 static void test_capture_invalidated(void **state)
 {
@@ -999,15 +1017,17 @@ static void test_open_twice(void **state)
     a->close(a);
 }
 
-int main(void)
+#define SKIP_EXIT 77 /* the GPU group's exit status when every test skipped (ctest: Skipped) */
+
+int main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {
+    const struct CMUnitTest anywhere[] = {
         cmocka_unit_test(test_device_count_without_crash),
-        cmocka_unit_test(test_load_error_explains_no_device),
-        cmocka_unit_test(test_open_null_out),
-        cmocka_unit_test(test_open_current_device),
-        cmocka_unit_test(test_open_out_of_range),
+        cmocka_unit_test(test_load_error_explains_no_device), cmocka_unit_test(test_open_null_out),
+        cmocka_unit_test(test_open_current_device),        cmocka_unit_test(test_open_out_of_range),
         cmocka_unit_test(test_driver_presence_consistent),
+    };
+    const struct CMUnitTest gpu[] = {
         cmocka_unit_test(test_granularity),
         cmocka_unit_test(test_reserve_8tib),
         cmocka_unit_test(test_invalid_arguments),
@@ -1027,5 +1047,19 @@ int main(void)
         cmocka_unit_test(test_thread_without_context),
         cmocka_unit_test(test_open_twice),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const char *group = argc > 1 ? argv[1] : "";
+    int failed = 0, gpu_failed;
+
+    if (argc > 2 || (argc == 2 && strcmp(group, "anywhere") != 0 && strcmp(group, "gpu") != 0)) {
+        fprintf(stderr, "usage: %s [anywhere | gpu]   (no argument: both groups)\n", argv[0]);
+        return 2;
+    }
+    if (strcmp(group, "gpu") != 0)
+        failed = cmocka_run_group_tests_name("driver_cuda (anywhere)", anywhere, NULL, NULL);
+    if (strcmp(group, "anywhere") == 0)
+        return failed;
+    gpu_failed = cmocka_run_group_tests_name("driver_cuda (GPU)", gpu, NULL, NULL);
+    if (strcmp(group, "gpu") == 0 && gpu_failed == 0 && !gpu_opened)
+        return SKIP_EXIT;
+    return failed + gpu_failed;
 }

@@ -3,15 +3,16 @@
  * writing a seeded pattern into every allocation and checking it, so a wrong mapping, a missing
  * GPU-side wait or a remap that loses data shows up as mismatching words, not as a guess.
  *
- * Scenarios: the kernels' own self-test; basic sizes; the seed walkthrough (DESIGN.md §2) with
+ * Scenarios: the kernels' own self-test; basic sizes; the seed walkthrough (docs/ALGORITHM.md) with
  * 2 MiB pages, compared with the host emulation; data integrity across a defragmentation; reuse
  * and defragmentation across two streams while the first is still busy (and no host sync on the
  * malloc path); a seeded random stress over 4 streams; out of device memory. Every pool is
  * checked with vpmm_pool_check after every operation, destroyed at the end, and the device's free
  * memory must come back. The log is the report: lines start with "[gpu]".
  *
- * Every test skip()s when there is no CUDA device (or the build had no nvcc); with
- * VPMM_TEST_REQUIRE_GPU=1 that is a failure instead, for runs on GPU machines. The stress test's
+ * Every test skip()s when there is no CUDA device (or the build had no nvcc), and the program then
+ * exits 77 (ctest: Skipped); with VPMM_TEST_REQUIRE_GPU=1 that is a failure instead, for runs on
+ * GPU machines. The stress test's
  * sequence comes from VPMM_TEST_SEED (default 20240611, printed). Single-threaded.
  */
 #include <inttypes.h>
@@ -366,7 +367,7 @@ static void test_basic(void **state)
 
 typedef struct seed_case {
     const char *name;
-    size_t prealloc, mapped_after, ptr4, max_remapped; /* pages; DESIGN.md §2's table */
+    size_t prealloc, mapped_after, ptr4, max_remapped; /* pages; ALGORITHM.md's table */
 } seed_case_t;
 
 static const seed_case_t seed_cases[] = {
@@ -963,5 +964,5 @@ int main(void)
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_out_of_memory),
     };
-    return cmocka_run_group_tests(tests, NULL, gpu_teardown);
+    return gpu_exit_status(cmocka_run_group_tests(tests, NULL, gpu_teardown));
 }

@@ -18,8 +18,8 @@
  *     forked into it by events: both streams' allocations come from one new graph pool, which
  *     grows during the capture (cuMemMap in global mode), and goes back after the graph.
  * Every pool is checked (vpmm_pool_check) after each phase and destroyed at the end; the log is
- * the report (lines start with "[gpu-graph]"). Skips without a device unless
- * VPMM_TEST_REQUIRE_GPU=1.
+ * the report (lines start with "[gpu-graph]"). Skips without a device (the program then exits
+ * 77, ctest: Skipped) unless VPMM_TEST_REQUIRE_GPU=1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -723,5 +723,5 @@ int main(void)
         cmocka_unit_test(test_pages_return_to_shared_pool),
         cmocka_unit_test(test_external_capture_with_fork),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return gpu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -3,7 +3,7 @@
 not installed, as on the CI machine: `import vpmm` imports no torch; vpmm.torch's extras refuse
 before enable(); enable() explains that PyTorch is missing; the library search order
 ($VPMM_TORCH_BACKEND, the package's directory, the build tree, the linker's path); the version
-matches the project's; sitecustomize.py does nothing without VPMM_TORCH_ENABLE=1 and stops the
+matches the project's (include/vpmm.h); sitecustomize.py does nothing without VPMM_TORCH_ENABLE=1 and stops the
 process with the reason when it cannot enable vpmm. (With PyTorch and a GPU,
 integrations/pytorch/test_backend.py covers the backend itself.) Run by ctest.
 """
@@ -37,11 +37,15 @@ def python(code, **env):
 
 class Package(unittest.TestCase):
     def test_version_is_the_projects(self):
-        with open(os.path.join(REPO, "CMakeLists.txt")) as f:
-            m = re.search(r"project\(vpmm VERSION (\S+)", f.read())
-        self.assertEqual(vpmm.__version__, m.group(1))
+        # The project's version is written in include/vpmm.h (CMake reads it from there).
+        with open(os.path.join(REPO, "include", "vpmm.h")) as f:
+            header = f.read()
+        parts = [re.search(r"#define VPMM_VERSION_%s (\d+)" % p, header).group(1)
+                 for p in ("MAJOR", "MINOR", "PATCH")]
+        version = ".".join(parts)
+        self.assertEqual(vpmm.__version__, version)
         with open(os.path.join(PKG, "pyproject.toml")) as f:
-            self.assertIn('version = "%s"' % m.group(1), f.read())
+            self.assertIn('version = "%s"' % version, f.read())
 
     def test_import_vpmm_imports_no_torch(self):
         r = python("import sys, vpmm, vpmm.torch; print('torch' in sys.modules)",

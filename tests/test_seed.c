@@ -1,6 +1,6 @@
 /*
- * test_seed.c — the seed walkthrough of DESIGN.md §2 on the host backend: 1 GiB pages, one stream,
- * +10, +1, -10, +4, +11 GiB with VPMM_PAGES = 22, 18, 15, 12 and 0 (on demand).
+ * test_seed.c — the seed walkthrough (docs/ALGORITHM.md) on the host backend: 1 GiB pages, one
+ * stream, +10, +1, -10, +4, +11 GiB with VPMM_PAGES = 22, 18, 15, 12 and 0 (on demand).
  *
  * Binding (from the reference): mapped bytes after, placement of +4, +11 succeeding without
  * growing past the table, pages remapped <= the table. Beyond that we assert the full layouts our

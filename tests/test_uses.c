@@ -7,9 +7,9 @@
  * Recording the own stream, or a stream twice, changes nothing; bad pointers get vpmm_free's
  * statuses and change nothing. A gate that cannot be recorded at the free (B being captured, an
  * injected failure) is recorded later. In a graph pool a deferred free blocks a checkpoint's
- * reapply until B is done; a reapply keeps a surviving allocation's uses; a dissolved graph pool's
- * deferred free is released in the shared pool; destroying a pool with deferred frees leaks
- * nothing. The invariants (I11) are checked after every step.
+ * reapply until B is done; a reapply keeps a surviving allocation's uses and drops a dead one's; a
+ * dissolved graph pool's deferred free is released in the shared pool; destroying a pool with
+ * deferred frees leaks nothing. The invariants (I11) are checked after every step.
  */
 #include <string.h>
 
@@ -199,6 +199,54 @@ static void test_graph_pool_deferred(void **state)
     tpool_close(&t);
 }
 
+/* A reapply drops an allocation made after the checkpoint at once, although another stream
+ * recorded a use of it and is still busy: the reapply says it is dead (vpmm.h), and the next
+ * capture into the graph pool may take its memory. */
+static void test_reapply_drops_used_allocation(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t a, b;
+    vpmm_graph_pool_t *gp;
+    vpmm_checkpoint_t *ck;
+    vpmm_graph_t g1, g2, g3;
+    vpmm_region_info_t r;
+    void *out, *later, *again;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = vpmm_host_stream_create(t.host);
+    b = vpmm_host_stream_create(t.host);
+    gp = tgp_create(&t);
+    tcapture_begin(&t, gp, a);
+    out = tmalloc(t.pool, 64 * KiB, a);
+    g1 = tcapture_end(&t, a);
+    ck = tcheckpoint_take(gp);
+    tcapture_begin(&t, gp, a);
+    later = tmalloc(t.pool, 64 * KiB, a);
+    g2 = tcapture_end(&t, a);
+    vpmm_host_enqueue(t.host, b);
+    record(&t, later, b); /* B reads G2's output and is still busy */
+    assert_int_equal(vpmm_checkpoint_reapply(gp, ck, NULL, 0), VPMM_SUCCESS);
+    CHECK_POOL(t.pool);
+    r = tregion_of(t.pool, later);
+    assert_int_equal(r.state, VPMM_REGION_FREE);
+    assert_true(r.ready);
+    tcapture_begin(&t, gp, a); /* G3 takes G2's output's memory while B works */
+    again = tmalloc(t.pool, 64 * KiB, a);
+    g3 = tcapture_end(&t, a);
+    assert_ptr_equal(again, later);
+    CHECK_POOL(t.pool);
+    vpmm_host_complete(t.host, b);
+    vpmm_checkpoint_destroy(ck);
+    assert_int_equal(vpmm_graph_destroy(t.pool, g1), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(t.pool, g2), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_destroy(t.pool, g3), VPMM_SUCCESS);
+    assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+    tfree(t.pool, out);
+    tfree(t.pool, again);
+    CHECK_POOL(t.pool);
+    tpool_close(&t);
+}
+
 /* Destroying a pool with deferred frees and uses leaks nothing (tpool_close checks). */
 static void test_destroy_with_deferred(void **state)
 {
@@ -223,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_record_is_idempotent_and_checked),
         cmocka_unit_test(test_gate_recorded_later),
         cmocka_unit_test(test_graph_pool_deferred),
+        cmocka_unit_test(test_reapply_drops_used_allocation),
         cmocka_unit_test(test_destroy_with_deferred),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

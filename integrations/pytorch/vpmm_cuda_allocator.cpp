@@ -307,12 +307,17 @@ class VpmmAllocator : public CUDAAllocator
     {
         vta_reset_peak(&device(dev).vta);
     }
-    /* vpmm_trim of every device's pool. As the native allocator waits for the work pending on
-     * the blocks it frees, a device with nothing routed (no capture, no MemPool context: a
-     * synchronisation there would break a capture) is synchronised first, so that memory freed
-     * on a stream still busy is given back too. */
-    void emptyCache(MempoolId_t) override
+    /* torch.cuda.empty_cache() ({0,0}): vpmm_trim of every device's pool. As the native
+     * allocator waits for the work pending on the blocks it frees, a device with nothing routed
+     * (no capture, no MemPool context: a synchronisation there would break a capture) is
+     * synchronised first, so that memory freed on a stream still busy is given back too.
+     * A MemPool's id (its destructor empties its cache after releasing it): nothing — its graph
+     * pool's pages went back to the shared pool when it was released, to serve the next
+     * allocations; trimming the whole device at every MemPool's end would make them grow again. */
+    void emptyCache(MempoolId_t id) override
     {
+        if (id != MempoolId_t{ 0, 0 })
+            return;
         for (size_t i = 0; i < devices_.size(); i++) {
             Device *d = devices_[i].get();
             if (!d || !d->pool)

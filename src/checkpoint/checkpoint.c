@@ -1,5 +1,5 @@
 /*
- * checkpoint.c — checkpoints of a graph pool's region state, and reapplying them (DESIGN.md §5).
+ * checkpoint.c — checkpoints of a graph pool's region state, and reapplying them (docs/GRAPHS.md).
  *
  * A checkpoint is a sorted copy of the graph pool's mapped regions: each allocation (address,
  * size, requested size, stream) and each free region (address, size; adjacent free regions

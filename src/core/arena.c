@@ -429,7 +429,9 @@ void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
         after->prev = prev;
     for (r = first; r != NULL;) {
         vpmm_region_t *next = r->next;
-        vpmm_i_uses_forget(r); /* a dropped allocation's other streams */
+        /* A dropped allocation's other streams are forgotten, not waited for: the reapply says
+         * it is dead, and the graph pool's memory is ordered by its graphs (vpmm.h). */
+        vpmm_i_uses_forget(r);
         vpmm_i_region_give(p, r);
         r = next;
     }

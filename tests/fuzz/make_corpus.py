@@ -3,8 +3,8 @@
 
 Two kinds of seeds, in the encoding described at the top of fuzz_ops.c:
 
-  trace-*   slices of the recorded allocation traces (bench/traces/*.trace.gz, and
-            ../shared/traces if present; format in docs/TRACE_FORMAT.md) turned into operations:
+  trace-*   slices of the recorded allocation traces (bench/traces/*.trace.gz; format in
+            docs/TRACE_FORMAT.md) turned into operations:
             each allocation is a MALLOC of its size (scaled down by a power of two so that the
             slice's peak fits the small emulated device) followed by one kernel enqueued on its
             stream, each free a FREE of that allocation (by malloc number), and each "free
@@ -295,7 +295,7 @@ def trace_seed(ops, start, count, cfg, memory, spread, rng, threads=False, uses=
 
 
 def trace_seeds(out):
-    dirs = [os.path.join(ROOT, "bench", "traces"), os.path.join(ROOT, "..", "shared", "traces")]
+    dirs = [os.path.join(ROOT, "bench", "traces")]
     seen, files = set(), []
     for d in dirs:
         if not os.path.isdir(d):

@@ -2,7 +2,8 @@
  * consumer.c — a tiny program built against the *installed* vpmm (tests/package/run.sh builds it
  * with find_package and with pkg-config, against libvpmm.so and libvpmm.a): it includes only
  * <vpmm.h>, makes a pool on the host emulation backend, allocates, frees, destroys, and prints
- * the version of the header it was compiled with. Exit status 0 on success, 1 on any failure.
+ * the library's version (vpmm_version(), which must equal the header's VPMM_VERSION_*). Exit
+ * status 0 on success, 1 on any failure.
  */
 #include <stdio.h>
 #include <string.h>
@@ -51,8 +52,15 @@ int main(int argc, char **argv)
     if ((st = vpmm_pool_destroy(pool)) != VPMM_SUCCESS)
         return fail("vpmm_pool_destroy", st);
 
-    printf("%s: vpmm %d.%d.%d, %s backend, malloc/free/destroy ok\n",
-           argc > 0 ? argv[0] : "consumer", VPMM_VERSION_MAJOR, VPMM_VERSION_MINOR,
-           VPMM_VERSION_PATCH, backend);
+    /* The library it runs against must be the header's version. */
+    char header[32];
+    snprintf(header, sizeof header, "%d.%d.%d", VPMM_VERSION_MAJOR, VPMM_VERSION_MINOR,
+             VPMM_VERSION_PATCH);
+    if (strcmp(vpmm_version(), header) != 0) {
+        fprintf(stderr, "consumer: vpmm_version() is %s, vpmm.h %s\n", vpmm_version(), header);
+        return 1;
+    }
+    printf("%s: vpmm %s, %s backend, malloc/free/destroy ok\n", argc > 0 ? argv[0] : "consumer",
+           vpmm_version(), backend);
     return 0;
 }

@@ -3,19 +3,31 @@
 # `bash tests/package/run.sh`). In a fresh temporary directory it
 #   1. builds the library alone (Release; tests, samples, benchmarks and GPU kernels off),
 #   2. installs it with `cmake --install --prefix` and checks the tree holds exactly the header,
-#      libvpmm.so (+ its SONAME links), libvpmm.a, the CMake package and vpmm.pc,
+#      libvpmm.so (+ its SONAME links), libvpmm.a, the CMake package, vpmm.pc and the LICENSE,
 #   3. checks libvpmm.so: its SONAME, and that it exports exactly the functions of vpmm.h,
 #   4. builds tests/package (consumer.c) with find_package(vpmm): vpmm::vpmm and
 #      vpmm::vpmm_static, and runs both,
 #   5. builds consumer.c with pkg-config, shared and --static, and runs both,
-# and checks that the header, the CMake package, pkg-config and the file names agree on the
-# version. Exit status 0 when all of it holds; otherwise 1, keeping the directory for a look.
-# Environment: CMAKE, CC, PKG_CONFIG (default cmake, cc, pkg-config); TMPDIR.
+#   6. makes the Debian packages (`cpack -G DEB`; skipped without dpkg-deb and file) and checks
+#      them: libvpmm holds the shared library and the LICENSE, libvpmm-dev the rest of the install
+#      tree and depends on libvpmm of its version, the two together are exactly the install tree;
+#      unpacked, consumer.c builds against them with find_package and pkg-config and runs,
+# and checks that the header, the CMake package, pkg-config, the packages and the file names agree
+# on the version. Exit status 0 when all of it holds; otherwise 1, keeping the directory for a look.
+# Environment: CMAKE, CPACK, CC, PKG_CONFIG (default cmake, the cpack beside it, cc, pkg-config);
+# TMPDIR.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cmake=${CMAKE:-cmake}
+if [ -n "${CPACK:-}" ]; then
+    cpack=$CPACK
+elif [ "$cmake" != cmake ] && [ -x "$(dirname "$cmake")/cpack" ]; then
+    cpack=$(dirname "$cmake")/cpack
+else
+    cpack=cpack
+fi
 cc=${CC:-cc}
 pkg_config=${PKG_CONFIG:-pkg-config}
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -114,6 +126,7 @@ $lib/libvpmm.so
 $lib/libvpmm.so.$soversion
 $lib/libvpmm.so.$version
 $lib/pkgconfig/vpmm.pc
+share/doc/vpmm/LICENSE
 EOF
 # Where PyTorch is installed the build also makes the PyTorch backend, installed beside the library.
 if [ -f "$work/build/integrations/libvpmm_torch_backend.so" ]; then
@@ -183,6 +196,74 @@ quiet pc-static "$cc" "${strict[@]}" "$here/consumer.c" $cflags ${static_libs/-l
 check_linkage "$work/pc_static" static
 run_consumer "" "$work/pc_static"
 
+step "6. Debian packages (cpack -G DEB)"
+# cpack's dependency list (dpkg-shlibdeps) needs `file`; scripts/setup.sh installs both.
+debs="skipped (needs dpkg-deb, dpkg-shlibdeps and file)"
+if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null &&
+    command -v file >/dev/null; then
+    quiet cpack bash -c "cd '$work/build' && '$cpack' -G DEB"
+    arch=$(dpkg --print-architecture)
+    deb_rt="$work/build/libvpmm_${version}_$arch.deb"
+    deb_dev="$work/build/libvpmm-dev_${version}_$arch.deb"
+    if [ ! -f "$deb_rt" ] || [ ! -f "$deb_dev" ]; then
+        fail "cpack made $(find "$work/build" -maxdepth 1 -name '*.deb' -printf '%f '), not" \
+            "libvpmm_${version}_$arch.deb and libvpmm-dev_${version}_$arch.deb"
+    fi
+    # The files of a package (links too, not directories), as paths under the prefix /usr.
+    deb_files() {
+        dpkg-deb -c "$1" | awk '$1 !~ /^d/ { print $6 }' | sed 's|^\./usr/||' | LC_ALL=C sort
+    }
+    deb_files "$deb_rt" >"$work/deb-runtime.txt"
+    deb_files "$deb_dev" >"$work/deb-dev.txt"
+    echo "  $(basename "$deb_rt"):"
+    sed 's/^/    /' "$work/deb-runtime.txt"
+    echo "  $(basename "$deb_dev"):"
+    sed 's/^/    /' "$work/deb-dev.txt"
+    # Under /usr the library directory may differ from the --prefix install's (GNUInstallDirs).
+    deb_lib=$(sed -n 's|/pkgconfig/vpmm.pc$||p' "$work/deb-dev.txt")
+    [ -n "$deb_lib" ] || fail "libvpmm-dev holds no vpmm.pc"
+    LC_ALL=C sort >"$work/deb-runtime-expected.txt" <<EOF
+$deb_lib/libvpmm.so.$soversion
+$deb_lib/libvpmm.so.$version
+share/doc/vpmm/LICENSE
+EOF
+    diff -u "$work/deb-runtime-expected.txt" "$work/deb-runtime.txt" >&2 ||
+        fail "libvpmm holds other files than the shared library and the LICENSE" \
+            "(- expected, + packaged)"
+    sed "s|^$lib/|$deb_lib/|" "$work/installed.txt" | LC_ALL=C sort >"$work/deb-all-expected.txt"
+    LC_ALL=C sort "$work/deb-runtime.txt" "$work/deb-dev.txt" >"$work/deb-all.txt"
+    diff -u "$work/deb-all-expected.txt" "$work/deb-all.txt" >&2 ||
+        fail "the two packages together are not the install tree (- installed, + packaged)"
+    for deb in "$deb_rt" "$deb_dev"; do
+        [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] ||
+            fail "$(basename "$deb") has version $(dpkg-deb -f "$deb" Version), not $version"
+    done
+    [ "$(dpkg-deb -f "$deb_rt" Package)" = libvpmm ] || fail "the runtime package is not libvpmm"
+    [ "$(dpkg-deb -f "$deb_dev" Package)" = libvpmm-dev ] || fail "the dev package is not libvpmm-dev"
+    dev_depends=$(dpkg-deb -f "$deb_dev" Depends)
+    case ", $dev_depends," in
+    *", libvpmm (= $version),"*) ;;
+    *) fail "libvpmm-dev depends on '$dev_depends', not libvpmm (= $version)" ;;
+    esac
+    echo "  Depends: libvpmm-dev: $dev_depends; libvpmm: $(dpkg-deb -f "$deb_rt" Depends)"
+    # Unpacked side by side under a root of our own, as dpkg would install them: consumers build.
+    root="$work/debroot"
+    dpkg-deb -x "$deb_rt" "$root"
+    dpkg-deb -x "$deb_dev" "$root"
+    libdir="$root/usr/$deb_lib" # what check_linkage resolves against
+    quiet deb-consumer-configure "$cmake" -S "$here" -B "$work/deb-consumer" \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" -DCMAKE_PREFIX_PATH="$root/usr"
+    quiet deb-consumer-build "$cmake" --build "$work/deb-consumer" --parallel "$jobs"
+    check_linkage "$work/deb-consumer/consumer_shared" shared
+    run_consumer "" "$work/deb-consumer/consumer_shared"
+    deb_flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" "$pkg_config" --cflags --libs vpmm)
+    # shellcheck disable=SC2086 # pkg-config output is a list of words
+    quiet deb-pc-shared "$cc" "${strict[@]}" "$here/consumer.c" $deb_flags -o "$work/deb_pc"
+    check_linkage "$work/deb_pc" shared "$libdir"
+    run_consumer "$libdir" "$work/deb_pc"
+    debs="libvpmm and libvpmm-dev"
+fi
+
 printf '\nrun.sh: PASS: vpmm %s installs; consumers build and run from its CMake package and\n' \
     "$version"
-printf 'pkg-config, shared and static (%d s)\n' $((SECONDS - start))
+printf 'pkg-config, shared and static; Debian packages: %s (%d s)\n' "$debs" $((SECONDS - start))
