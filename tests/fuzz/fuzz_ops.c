@@ -88,9 +88,10 @@
  * An operation with nothing to act on (a FREE with no live allocation frees NULL, but e.g. a
  * CK_REAPPLY with no checkpoint) is skipped: it is neither checked nor counted; THREAD is not
  * counted either. Built without graph/ (VPMM_HAVE_GRAPHS unset), operations 5-17 (captures, graph
- * pools, graphs, checkpoints) are skipped the same way, without reading their operands. The count of executed operations is printed at exit ("fuzz_ops: N operations
- * in M inputs"), then how many streams were recorded on allocations, frees deferred by them and
- * reapplies that had to be refused for them.
+ * pools, graphs, checkpoints) are skipped the same way, without reading their operands.
+ * The count of executed operations is printed at exit ("fuzz_ops: N operations in M inputs"),
+ * then how many streams were recorded on allocations, frees deferred by them and reapplies that
+ * had to be refused for them.
  *
  * Checks after every operation: vpmm_pool_check() == 0, vpmm_host_check() == 0, the driver holds
  * exactly the handles, mappings, reservations and events the pool believes it holds, and no user
