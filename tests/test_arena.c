@@ -96,11 +96,13 @@ static void poll_all(tpool_t *t)
     CHECK_POOL(t->pool);
 }
 
+#if VPMM_HAVE_GRAPHS
 /* Driver calls a capture forbids or that would stall it, event creation included. */
 static uint64_t forbidden_calls(const tpool_t *t)
 {
     return tcapture_forbidden_calls(t) + vpmm_fault_calls(t->fault, VPMM_DRV_EVENT_CREATE);
 }
+#endif
 
 static vpmm_chunk_t *shared_chunk(tpool_t *t)
 {
@@ -111,6 +113,7 @@ static vpmm_chunk_t *shared_chunk(tpool_t *t)
     return NULL;
 }
 
+#if VPMM_HAVE_GRAPHS
 /* The private arena behind a graph pool (listed under its id). */
 static vpmm_arena_t *gp_arena(tpool_t *t, const vpmm_graph_pool_t *gp)
 {
@@ -121,6 +124,7 @@ static vpmm_arena_t *gp_arena(tpool_t *t, const vpmm_graph_pool_t *gp)
     fail_msg("graph pool g%u has no arena", id);
     return NULL;
 }
+#endif
 
 /* ---- life ---------------------------------------------------------------------------------- */
 
@@ -170,6 +174,7 @@ static void test_create_and_dissolve_empty(void **state)
 
 /* ---- malloc -------------------------------------------------------------------------------- */
 
+#if VPMM_HAVE_GRAPHS
 static void test_malloc_sizes_and_counters(void **state)
 {
     tpool_t t;
@@ -226,6 +231,7 @@ static void test_malloc_sizes_and_counters(void **state)
     arena_dissolve(&t, a);
     tpool_close(&t);
 }
+#endif
 
 static void test_private_chunk_capped(void **state)
 {
@@ -282,6 +288,7 @@ static void test_private_chunk_small_pool(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 static void test_growth_takes_shared_ready_pages(void **state)
 {
     tpool_t t;
@@ -329,6 +336,7 @@ static void test_growth_takes_shared_ready_pages(void **state)
     arena_dissolve(&t, a);
     tpool_close(&t);
 }
+#endif
 
 static void test_growth_takes_whole_handles_only(void **state)
 {
@@ -371,6 +379,7 @@ static void test_growth_takes_whole_handles_only(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 static void test_growth_never_takes_shared_pending(void **state)
 {
     tpool_t t;
@@ -415,6 +424,7 @@ static void test_growth_never_takes_shared_pending(void **state)
     arena_dissolve(&t, a);
     tpool_close(&t);
 }
+#endif
 
 static void test_malloc_failure_changes_nothing(void **state)
 {
@@ -538,6 +548,7 @@ static void test_free_is_stream_ordered(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 static void test_capture_pending_frees(void **state)
 {
     tpool_t t;
@@ -706,6 +717,7 @@ static void test_free_while_capturing_into_another_arena(void **state)
     assert_int_equal(vpmm_graph_pool_release(gp2), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 /* ---- side table ---------------------------------------------------------------------------- */
 
@@ -1275,17 +1287,25 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_and_dissolve_empty),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_malloc_sizes_and_counters),
+#endif
         cmocka_unit_test(test_private_chunk_capped),
         cmocka_unit_test(test_private_chunk_small_pool),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_growth_takes_shared_ready_pages),
+#endif
         cmocka_unit_test(test_growth_takes_whole_handles_only),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_growth_never_takes_shared_pending),
+#endif
         cmocka_unit_test(test_malloc_failure_changes_nothing),
         cmocka_unit_test(test_free_is_stream_ordered),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_capture_pending_frees),
         cmocka_unit_test(test_capture_pending_until_last_capture_ends),
         cmocka_unit_test(test_free_while_capturing_into_another_arena),
+#endif
         cmocka_unit_test(test_side_table_growth),
         cmocka_unit_test(test_dissolve_with_live_and_free_regions),
         cmocka_unit_test(test_dissolve_ends_capture_pending),

@@ -84,13 +84,17 @@ static void test_scenario(void **state)
     };
     tpool_t t;
     vpmm_stream_t s;
+#if VPMM_HAVE_GRAPHS
     vpmm_graph_pool_t *gp;
     vpmm_graph_t g;
     vpmm_checkpoint_t *ck;
     vpmm_graph_pool_stats_t gs;
+    uint64_t private_heap;
+    void *out, *tmp;
+#endif
     const nvtx_inject_event_t *e;
-    uint64_t shared_heap, private_heap;
-    void *a, *b, *blk[6], *big, *out, *tmp;
+    uint64_t shared_heap;
+    void *a, *b, *blk[6], *big;
     (void)state;
 #ifndef VPMM_HAVE_NVTX
     skip(); /* built with VPMM_NVTX=OFF: nothing to see */
@@ -145,6 +149,7 @@ static void test_scenario(void **state)
     next_of(NVTX_INJECT_RANGE_PUSH, "reclaim zombies");
     next_of(NVTX_INJECT_RANGE_PUSH, "trim");
 
+#if VPMM_HAVE_GRAPHS
     /* A graph pool: capture ranges, its own heap, a checkpoint reapplied. */
     assert_int_equal(vpmm_graph_pool_create(t.pool, &gp), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_stats(gp, &gs), VPMM_SUCCESS);
@@ -174,12 +179,15 @@ static void test_scenario(void **state)
     assert_int_equal(e->address, (uintptr_t)out); /* ... and registered again */
     next_of(NVTX_INJECT_RANGE_POP, NULL);
     assert_int_equal(api.live_regions(private_heap), 1);
+#endif
 
     /* Teardown: every region unregistered, every heap with it. */
+#if VPMM_HAVE_GRAPHS
     vpmm_checkpoint_destroy(ck);
     tfree(t.pool, out);
     assert_int_equal(vpmm_graph_destroy(t.pool, g), VPMM_SUCCESS);
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
+#endif
     tpool_close(&t);
     print_message("the tool recorded %zu NVTX events (%u core and %u memory attachments)\n",
                   api.count(), api.core_attached(), api.mem_attached());

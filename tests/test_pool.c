@@ -203,6 +203,7 @@ static void test_destroy_busy(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 /* The shared pool never serves a capture: its regions and counters do not change (graph/ serves
  * it; test_graph.c tests how). */
 static void test_capture_leaves_shared_pool_alone(void **state)
@@ -236,6 +237,7 @@ static void test_capture_leaves_shared_pool_alone(void **state)
     tfree(t.pool, q);
     tpool_close(&t);
 }
+#endif
 
 static void test_oom_leaves_pool_unchanged(void **state)
 {
@@ -315,7 +317,9 @@ int main(void)
         cmocka_unit_test(test_bad_sizes),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_destroy_busy),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_capture_leaves_shared_pool_alone),
+#endif
         cmocka_unit_test(test_oom_leaves_pool_unchanged),
         cmocka_unit_test(test_stream_release),
     };

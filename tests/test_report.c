@@ -100,6 +100,7 @@ static void test_device_refusal(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 static void test_cap_and_graph_pools(void **state)
 {
     tpool_t t;
@@ -179,6 +180,7 @@ static void test_movable_pages_only(void **state)
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 /* Running out of address space is reported as such, not as the device's memory. */
 static void test_address_space_exhaustion(void **state)
@@ -342,8 +344,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_figures),
         cmocka_unit_test(test_device_refusal),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_cap_and_graph_pools),
         cmocka_unit_test(test_movable_pages_only),
+#endif
         cmocka_unit_test(test_address_space_exhaustion),
         cmocka_unit_test(test_verbose_prints),
         cmocka_unit_test(test_verbose_rate_limited),

@@ -125,6 +125,7 @@ static void test_dump(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 /* The dump and the walk say which pool owns each region; the stats split out the graph pools. */
 static void test_graph_pool_ownership(void **state)
 {
@@ -175,6 +176,7 @@ static void test_graph_pool_ownership(void **state)
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 static void test_backend_and_driver_error(void **state)
 {
@@ -197,6 +199,7 @@ static void test_backend_and_driver_error(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 /* vpmm_pointer_info: an allocation by its start or any address inside it; free memory and holes
  * by any address in them; an address outside the pool refused. */
 static void test_pointer_info(void **state)
@@ -233,6 +236,7 @@ static void test_pointer_info(void **state)
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 int main(void)
 {
@@ -241,9 +245,13 @@ int main(void)
         cmocka_unit_test(test_peaks_and_reset),
         cmocka_unit_test(test_walk_order_and_stop),
         cmocka_unit_test(test_dump),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_graph_pool_ownership),
+#endif
         cmocka_unit_test(test_backend_and_driver_error),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_pointer_info),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,6 +142,7 @@ static void test_ring_grows_and_events_are_reused(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 static void test_no_marker_on_capturing_stream(void **state)
 {
     tpool_t t;
@@ -161,6 +162,7 @@ static void test_no_marker_on_capturing_stream(void **state)
     assert_int_equal(vpmm_host_end_capture(t.host, a), VPMM_DRV_OK);
     tpool_close(&t);
 }
+#endif
 
 static void test_retire_then_collect(void **state)
 {
@@ -345,6 +347,7 @@ static void test_cross_thread_free_of_per_thread_block(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 /*
  * While a capture is in progress no marker goes to the legacy stream (legacy work that depends on
  * a capturing blocking stream would invalidate the capture): memory pending on another thread's
@@ -451,6 +454,7 @@ static void test_no_legacy_marker_during_capture(void **state)
     assert_int_equal(vpmm_graph_pool_release(c.gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 /* Records of threads that come and go are freed once they hold nothing. */
 static void *come_and_go(void *arg)
@@ -515,6 +519,7 @@ static void test_trim_takes_departed_threads_memory(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 /*
  * No legacy-stream work at all while a capture is in progress — not even the legacy stream's own
  * marker, nor a wait on it: a blocking stream (here another thread's per-thread stream) that is
@@ -613,6 +618,7 @@ static void test_ended_capture_record_stops_guarding(void **state)
     assert_int_equal(vpmm_graph_pool_release(c.gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 int main(void)
 {
@@ -621,18 +627,24 @@ int main(void)
         cmocka_unit_test(test_mark_is_lazy_and_idempotent),
         cmocka_unit_test(test_poll_promotes_in_order),
         cmocka_unit_test(test_ring_grows_and_events_are_reused),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_no_marker_on_capturing_stream),
+#endif
         cmocka_unit_test(test_retire_then_collect),
         cmocka_unit_test(test_stream_keys),
         cmocka_unit_test(test_per_thread_streams_are_distinct),
         cmocka_unit_test(test_per_thread_then_other_streams),
         cmocka_unit_test(test_stream_zero_per_thread),
         cmocka_unit_test(test_cross_thread_free_of_per_thread_block),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_no_legacy_marker_during_capture),
+#endif
         cmocka_unit_test(test_records_of_departed_threads_are_freed),
         cmocka_unit_test(test_trim_takes_departed_threads_memory),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_no_legacy_work_during_capture),
         cmocka_unit_test(test_ended_capture_record_stops_guarding),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,6 +102,7 @@ static void test_zombies_and_chunks(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 static void test_graph_pools(void **state)
 {
     tpool_t t;
@@ -129,6 +130,7 @@ static void test_graph_pools(void **state)
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 /* Every driver call a trim makes fails in turn (the 1st, 2nd, ...), then everything again. */
 static void test_faults(void **state)
@@ -266,6 +268,7 @@ static void test_set_cap(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 /*
  * Under the cap, the placement that maps the fewest pages may need new memory where another needs
  * none: here it fills a one-page hole and joins the free regions on both sides (1 page to map,
@@ -313,6 +316,7 @@ static void test_cap_tries_the_placement_that_creates_least(void **state)
     assert_int_equal(vpmm_graph_pool_release(gp), VPMM_SUCCESS);
     tpool_close(&t);
 }
+#endif
 
 int main(void)
 {
@@ -320,12 +324,16 @@ int main(void)
         cmocka_unit_test(test_trim_all_and_to_target),
         cmocka_unit_test(test_pending_memory_stays),
         cmocka_unit_test(test_zombies_and_chunks),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_graph_pools),
+#endif
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_release_kept_for_later),
         cmocka_unit_test(test_cap),
         cmocka_unit_test(test_set_cap),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_cap_tries_the_placement_that_creates_least),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,6 +105,7 @@ static void test_record_is_idempotent_and_checked(void **state)
     tpool_close(&t);
 }
 
+#if VPMM_HAVE_GRAPHS
 /* A gate that cannot be recorded at the free — the use stream is being captured, or the record
  * fails — is recorded later, on demand. */
 static void test_gate_recorded_later(void **state)
@@ -246,6 +247,7 @@ static void test_reapply_drops_used_allocation(void **state)
     CHECK_POOL(t.pool);
     tpool_close(&t);
 }
+#endif
 
 /* Destroying a pool with deferred frees and uses leaks nothing (tpool_close checks). */
 static void test_destroy_with_deferred(void **state)
@@ -269,9 +271,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deferred_until_other_stream_done),
         cmocka_unit_test(test_record_is_idempotent_and_checked),
+#if VPMM_HAVE_GRAPHS
         cmocka_unit_test(test_gate_recorded_later),
         cmocka_unit_test(test_graph_pool_deferred),
         cmocka_unit_test(test_reapply_drops_used_allocation),
+#endif
         cmocka_unit_test(test_destroy_with_deferred),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

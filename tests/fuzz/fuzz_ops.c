@@ -87,9 +87,11 @@
  *
  * An operation with nothing to act on (a FREE with no live allocation frees NULL, but e.g. a
  * CK_REAPPLY with no checkpoint) is skipped: it is neither checked nor counted; THREAD is not
- * counted either. The count of executed operations is printed at exit ("fuzz_ops: N operations
- * in M inputs"), then how many streams were recorded on allocations, frees deferred by them and
- * reapplies that had to be refused for them.
+ * counted either. Built without graph/ (VPMM_HAVE_GRAPHS unset), operations 5-17 (captures, graph
+ * pools, graphs, checkpoints) are skipped the same way, without reading their operands.
+ * The count of executed operations is printed at exit ("fuzz_ops: N operations in M inputs"),
+ * then how many streams were recorded on allocations, frees deferred by them and reapplies that
+ * had to be refused for them.
  *
  * Checks after every operation: vpmm_pool_check() == 0, vpmm_host_check() == 0, the driver holds
  * exactly the handles, mappings, reservations and events the pool believes it holds, and no user
@@ -2670,6 +2672,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (op >= OP_COUNT)
             op = op < 27 ? OP_MALLOC : OP_FREE;
         z->op = op;
+#if !VPMM_HAVE_GRAPHS
+        /* Without graph/ (VPMM_WITH_GRAPHS=OFF): no capture, graph pool, graph or checkpoint is
+         * ever made, so their operations are skipped like one with nothing to act on (their
+         * operand bytes are read as the next opcodes). */
+        if (op >= OP_CAPTURE_BEGIN && op <= OP_CK_DESTROY)
+            continue;
+#endif
         if (verbose && z->thread != 0 && op != OP_THREAD)
             fprintf(stderr, "op %llu: %s (thread %u)\n", (unsigned long long)z->nop, op_names[op],
                     z->thread);
