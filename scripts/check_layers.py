@@ -19,14 +19,19 @@ Edges come from two sources:
 
 Checked:
   1. no edge between folders goes up or sideways (so the folder graph has no circle);
-  2. no circle between files, in every folder but core/ (its files are one module sharing
-     pool.h; the core reaches nothing above it, which rule 1 checks) — within a folder the calls
-     go one way too (graph/: capture.c -> graph_pool.c; backends/host/: driver_host.c ->
-     driver_host_graph.c -> driver_host_stream.c -> driver_host_base.c);
+  2. no circle of calls between the files of a folder — within a folder the calls go one way too
+     (graph/: capture.c -> graph_pool.c; backends/host/: driver_host.c -> driver_host_graph.c ->
+     driver_host_stream.c -> driver_host_base.c);
+  2b. in a folder with sub-layers (SUBLAYERS: core/), every source file is in one, and no call
+     goes to a higher sub-layer (calls within a sub-layer are allowed, and rule 2 keeps them
+     acyclic); the headers of such a folder are shared by all its files and are not ranked;
   3. no circle between headers.
 Exit status 0 when all hold, 1 otherwise, with every violation on stderr.
 
-    scripts/check_layers.py [--root DIR] [--nm NM] [--objects OBJ...]
+    scripts/check_layers.py [--root DIR] [--nm NM] [--objects OBJ...] [--graph FOLDER]
+
+--graph FOLDER prints the call edges between FOLDER's files (with the symbols) and the circles
+among them, then checks as usual: the measure to take before moving code between files.
 """
 import argparse
 import os
@@ -52,8 +57,21 @@ ONLY_FROM = {
     "src/backends/host": {"src/api"},
     "src/backends/fault": {"src/api"},
 }
-# Folders whose files may call each other in a circle (see 2. above).
-CYCLIC_OK = {"src/core"}
+# Sub-layers inside a folder, top down (see 2b. above; docs/ARCHITECTURE.md, "The core's
+# sub-layers"). Files in one tuple may call each other, without a circle.
+SUBLAYERS = {
+    "src/core": [
+        ("pool.c",),  # the entry points: create, destroy, malloc's shared part, free
+        # whole-pool passes: trim, stats, the OOM report, the validator, the sweep of every stream
+        ("trim.c", "stats.c", "report.c", "check.c", "stream_sweep.c"),
+        ("arena.c",),  # arenas: a graph pool's allocation and free, zombie revival
+        ("defrag.c", "policy.c"),  # growth: the plan (policy.c) and its execution (defrag.c)
+        ("uses.c", "stream.c"),  # streams: keys, markers, polls; cross-stream uses
+        ("pages.c", "va.c", "cache.c", "region.c"),  # the pool's data: regions, caches, VA, pages
+        # base: lock wrappers and driver status, options, trace recording, NVTX, errors
+        ("pool_base.c", "options.c", "record.c", "nvtx.c", "lock.c", "status.c"),
+    ],
+}
 
 RANK = {folder: i for i, group in enumerate(LAYERS) for folder in group}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -176,11 +194,28 @@ def sccs(nodes, adj):
     return out
 
 
+def show_graph(folder, calls, adj):
+    """Prints folder's call edges, file to file with the symbols, and its circles."""
+    syms = {}
+    for a, b, why in calls:
+        if folder_of(a) == folder and folder_of(b) == folder:
+            syms.setdefault((a, b), []).append(why.split(" ", 1)[1])
+    for (a, b), names in sorted(syms.items()):
+        print("%s -> %s: %s" % (os.path.basename(a), os.path.basename(b), " ".join(sorted(names))))
+    inner = {a: {b for b in bs if folder_of(b) == folder}
+             for a, bs in adj.items() if folder_of(a) == folder}
+    comps = sccs(sorted(inner), inner)
+    print("%s: %d call edges between files, %d circles%s" % (
+        folder, len(syms), len(comps), "".join(
+            "\n  circle: " + " ".join(os.path.basename(f) for f in c) for c in comps)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
     ap.add_argument("--nm", default="nm")
     ap.add_argument("--objects", nargs="*", default=[])
+    ap.add_argument("--graph", metavar="FOLDER", help="print FOLDER's file call graph and circles")
     args = ap.parse_args()
     root = os.path.abspath(args.root)
     files = product_files(root)
@@ -208,13 +243,30 @@ def main():
             bad.append("edge past the driver table: %s -> %s (%s; only %s may use %s)"
                        % (a, b, why, ", ".join(sorted(ONLY_FROM[fb])), fb))
 
-    # 2. files: no circle outside CYCLIC_OK (calls, and includes of .c files' own headers aside)
+    # 2. files: no circle of calls within a folder (includes of .c files' own headers aside)
     adj = {}
     for a, b, _ in calls:
-        if folder_of(a) == folder_of(b) and folder_of(a) not in CYCLIC_OK | {None}:
+        if folder_of(a) == folder_of(b) and folder_of(a) is not None:
             adj.setdefault(a, set()).add(b)
     for comp in sccs(sorted(adj), adj):
         bad.append("circle of calls between files: " + " <-> ".join(comp))
+
+    # 2b. sub-layers: every source file ranked, no call upward
+    for folder, layers in SUBLAYERS.items():
+        sub = {name: i for i, group in enumerate(layers) for name in group}
+        for f in files:
+            if folder_of(f) == folder and f.endswith(".c") and os.path.basename(f) not in sub:
+                bad.append("file in no sub-layer of %s: %s (add it to SUBLAYERS)" % (folder, f))
+        for a, b, why in sorted(calls):
+            if folder_of(a) != folder or folder_of(b) != folder:
+                continue
+            ra, rb = sub.get(os.path.basename(a)), sub.get(os.path.basename(b))
+            if ra is not None and rb is not None and rb < ra:
+                bad.append("upward call inside %s: %s -> %s (%s; move the function down, or pass "
+                           "it in)" % (folder, a, b, why))
+
+    if args.graph:
+        show_graph(args.graph.rstrip("/"), calls, adj)
 
     # 3. headers: no circle
     hadj = {}

@@ -108,14 +108,6 @@ unsigned vpmm_i_arena_captures(const vpmm_arena_t *a)
 
 /* ---- per-stream side trees ---------------------------------------------------------------- */
 
-vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s)
-{
-    for (size_t i = 0; i < a->nside; i++)
-        if (a->side[i].stream == s)
-            return &a->side[i];
-    return NULL;
-}
-
 vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s)
 {
     if (vpmm_i_side_find(a, s) != NULL)
@@ -439,15 +431,6 @@ void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
     vpmm_i_note_peaks(p);
     if (chunk->arena->priv)
         vpmm_i_arena_note_peaks(chunk->arena);
-}
-
-void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
-{
-    for (vpmm_arena_t *a = p->privates; a; a = a->next) {
-        vpmm_side_t *e = vpmm_i_side_find(a, s);
-        if (e != NULL)
-            *e = a->side[--a->nside]; /* empty: s had no region left (refs == 0) */
-    }
 }
 
 #ifdef VPMM_HAVE_NVTX

@@ -29,7 +29,7 @@ typedef struct vpmm_arena vpmm_arena_t;   /* a pool of memory: shared, or a grap
 typedef struct vpmm_strm vpmm_strm_t;     /* a tracked stream */
 typedef struct vpmm_region vpmm_region_t; /* a region of a VA chunk */
 
-/* ---- the pool ---------------------------------------------------------------------------- */
+/* ---- the pool (pool_base.c) --------------------------------------------------------------- */
 
 void vpmm_i_lock(const vpmm_pool_t *p);
 void vpmm_i_unlock(const vpmm_pool_t *p);

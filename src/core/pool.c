@@ -27,42 +27,6 @@
 
 #include "pool.h"
 
-void vpmm_i_lock(const vpmm_pool_t *p)
-{
-    vpmm_lock_acquire(&((vpmm_pool_t *)p)->lock);
-}
-
-void vpmm_i_unlock(const vpmm_pool_t *p)
-{
-    vpmm_lock_release(&((vpmm_pool_t *)p)->lock);
-}
-
-vpmm_driver_t *vpmm_i_pool_driver(const vpmm_pool_t *p)
-{
-    return p->drv;
-}
-
-struct vpmm_graphs **vpmm_i_pool_graphs(vpmm_pool_t *p)
-{
-    return &p->graphs;
-}
-
-vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p)
-{
-    return vpmm_i_drv_status(p, p->drv->synchronize(p->drv));
-}
-
-vpmm_status_t vpmm_i_drv_status(vpmm_pool_t *p, vpmm_dres_t r)
-{
-    if (VPMM_LIKELY(r == VPMM_DRV_OK))
-        return VPMM_SUCCESS;
-    p->drv_code = p->drv->last_code;
-    p->drv_call = p->drv->last_call;
-    vpmm_i_set_error("%s failed (driver error %d)", p->drv_call ? p->drv_call : "driver call",
-                     p->drv_code);
-    return vpmm_i_status_from_dres(r);
-}
-
 /* ---- creation ---------------------------------------------------------------------------- */
 
 /*
@@ -382,22 +346,6 @@ void vpmm_i_malloc_end(vpmm_pool_t *pool, const vpmm_malloc_call_t *c, vpmm_stat
                        size_t size, void **out_ptr)
 {
     vpmm_i_malloc_leave(pool, c, st, size, out_ptr);
-}
-
-vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn)
-{
-    vpmm_region_t *r = vpmm_i_region_find(p, (uintptr_t)ptr);
-    if (r == NULL) {
-        vpmm_i_set_error("%s: %p is not inside this pool", fn, ptr);
-        return VPMM_ERROR_FOREIGN_POINTER;
-    }
-    if (r->state == VPMM_REGION_ALLOCATED) {
-        vpmm_i_set_error("%s: %p is %zu bytes into the allocation at %p", fn, ptr,
-                         (size_t)((uintptr_t)ptr - r->addr), (void *)r->addr);
-        return VPMM_ERROR_INTERIOR_POINTER;
-    }
-    vpmm_i_set_error("%s: %p is not allocated (double free?)", fn, ptr);
-    return VPMM_ERROR_DOUBLE_FREE;
 }
 
 vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)

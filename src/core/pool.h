@@ -303,7 +303,7 @@ void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r);
  * region's (pool destruction). */
 void vpmm_i_uses_forget(vpmm_region_t *r);
 void vpmm_i_uses_fini(vpmm_pool_t *p);
-/* The status and message for a pointer that is not a live allocation of p (pool.c). */
+/* The status and message for a pointer that is not a live allocation of p (region.c). */
 vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn);
 
 /* ---- trace recording (record.c) ------------------------------------------------------------- */
@@ -424,13 +424,24 @@ vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq);
 /* Queries s's in-flight markers in order and promotes its completed pending regions to ready. */
 void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s);
 
+/* Whether s's stream may be named by its handle here (stream.c, "Identity"). */
+static inline int vpmm_i_stream_here(const vpmm_strm_t *s)
+{
+    return vpmm_i_stream_key_here(vpmm_i_stream_key_of(s));
+}
+
+/* Frees record s: destroys its in-flight markers (first failure returned), drops its arenas'
+ * side entries. s is on no list any more. */
+vpmm_status_t vpmm_i_stream_free(vpmm_pool_t *p, vpmm_strm_t *s);
+
 /* Whether marker seq of s is known complete. */
 static inline int vpmm_i_stream_done(const vpmm_strm_t *s, uint64_t seq)
 {
     return s->completed > seq;
 }
 
-/* Pending-list and reference bookkeeping used by the index (region.c). */
+/* Pending-list and reference bookkeeping used by the index (defined in region.c, which keeps
+ * them: below stream.c). */
 void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r);
 void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r);
 void vpmm_i_stream_unref(vpmm_pool_t *p, vpmm_strm_t *s);
@@ -651,7 +662,8 @@ static inline vpmm_arena_t *vpmm_i_arena_of(const vpmm_region_t *r)
 
 /* The tree an indexed FREE region sits in (ready, its stream's free_tree, or a side tree). */
 vpmm_rbtree_t *vpmm_i_free_tree(vpmm_pool_t *p, const vpmm_region_t *r);
-/* Private arena a's side entry for s, or NULL; _reserve creates it (host memory may fail). */
+/* Private arena a's side entry for s, or NULL (region.c: the free trees use it); _reserve
+ * creates it (host memory may fail). */
 vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s);
 vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s);
 /* Merges every pair of mergeable neighbours in a's chunks (after bulk state changes). */
@@ -660,7 +672,8 @@ void vpmm_i_arena_coalesce_all(vpmm_pool_t *p, vpmm_arena_t *a);
  * its stream until the capture ends if that stream is capturing into r's arena, else until its
  * stream's next marker (stream-ordered, as in the shared arena). */
 void vpmm_i_arena_free(vpmm_pool_t *p, vpmm_region_t *r);
-/* Drops every arena's side entry for s (s is being freed: it names no region any more). */
+/* Drops every arena's side entry for s (s is being freed: it names no region any more;
+ * region.c, below stream.c, which calls it). */
 void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s);
 
 /* ---- stats (stats.c) ------------------------------------------------------------------------ */

@@ -447,3 +447,73 @@ vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr)
     }
     return NULL;
 }
+
+/* ---- the links the index keeps (a stream's pending list, an arena's side entries) ----------- */
+/* They live here, below stream.c and arena.c, because the index (vpmm_i_index_add/_del, the free
+ * trees) maintains them: the core's calls go down only (docs/ARCHITECTURE.md). */
+
+void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r)
+{
+    /* Usually r is the newest: walk back from the tail to keep seq order. */
+    vpmm_region_t *at = s->pend_tail;
+    while (at && at->seq > r->seq)
+        at = at->qprev;
+    r->qprev = at;
+    r->qnext = at ? at->qnext : s->pend_head;
+    if (r->qnext)
+        r->qnext->qprev = r;
+    else
+        s->pend_tail = r;
+    if (at)
+        at->qnext = r;
+    else
+        s->pend_head = r;
+}
+
+void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r)
+{
+    if (r->qprev)
+        r->qprev->qnext = r->qnext;
+    else
+        s->pend_head = r->qnext;
+    if (r->qnext)
+        r->qnext->qprev = r->qprev;
+    else
+        s->pend_tail = r->qprev;
+    r->qprev = r->qnext = NULL;
+}
+
+vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s)
+{
+    for (size_t i = 0; i < a->nside; i++)
+        if (a->side[i].stream == s)
+            return &a->side[i];
+    return NULL;
+}
+
+void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
+{
+    for (vpmm_arena_t *a = p->privates; a; a = a->next) {
+        vpmm_side_t *e = vpmm_i_side_find(a, s);
+        if (e != NULL)
+            *e = a->side[--a->nside]; /* empty: s had no region left (refs == 0) */
+    }
+}
+
+/* ---- a bad pointer's diagnosis (vpmm_free, the use calls of uses.c) ------------------------ */
+
+vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn)
+{
+    vpmm_region_t *r = vpmm_i_region_find(p, (uintptr_t)ptr);
+    if (r == NULL) {
+        vpmm_i_set_error("%s: %p is not inside this pool", fn, ptr);
+        return VPMM_ERROR_FOREIGN_POINTER;
+    }
+    if (r->state == VPMM_REGION_ALLOCATED) {
+        vpmm_i_set_error("%s: %p is %zu bytes into the allocation at %p", fn, ptr,
+                         (size_t)((uintptr_t)ptr - r->addr), (void *)r->addr);
+        return VPMM_ERROR_INTERIOR_POINTER;
+    }
+    vpmm_i_set_error("%s: %p is not allocated (double free?)", fn, ptr);
+    return VPMM_ERROR_DOUBLE_FREE;
+}

@@ -145,12 +145,6 @@ vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq)
     return s->ring[seq % s->ring_cap];
 }
 
-/* Whether s's stream may be named by its handle here (see "Identity" above). */
-static int stream_here(const vpmm_strm_t *s)
-{
-    return vpmm_i_stream_key_here(vpmm_i_stream_key_of(s));
-}
-
 int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_strm_t *s)
 {
     return !(vpmm_i_stream_is_legacy(s->handle) && p->captures > 0);
@@ -164,10 +158,10 @@ static vpmm_status_t marker_stream(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_st
 {
     vpmm_capture_status_t cap;
     uint64_t capture_id;
-    if (!stream_here(s) || vpmm_i_stream_is_legacy(s->handle)) {
+    if (!vpmm_i_stream_here(s) || vpmm_i_stream_is_legacy(s->handle)) {
         if (p->captures > 0)
             return VPMM_ERROR_STREAM_CAPTURING;
-        *out = stream_here(s) ? s->handle : VPMM_STREAM_LEGACY;
+        *out = vpmm_i_stream_here(s) ? s->handle : VPMM_STREAM_LEGACY;
         return VPMM_SUCCESS;
     }
     VPMM_CHECK(
@@ -212,37 +206,6 @@ vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
     return VPMM_SUCCESS;
 }
 
-void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r)
-{
-    /* Usually r is the newest: walk back from the tail to keep seq order. */
-    vpmm_region_t *at = s->pend_tail;
-    while (at && at->seq > r->seq)
-        at = at->qprev;
-    r->qprev = at;
-    r->qnext = at ? at->qnext : s->pend_head;
-    if (r->qnext)
-        r->qnext->qprev = r;
-    else
-        s->pend_tail = r;
-    if (at)
-        at->qnext = r;
-    else
-        s->pend_head = r;
-}
-
-void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r)
-{
-    if (r->qprev)
-        r->qprev->qnext = r->qnext;
-    else
-        s->pend_head = r->qnext;
-    if (r->qnext)
-        r->qnext->qprev = r->qprev;
-    else
-        s->pend_tail = r->qprev;
-    r->qprev = r->qnext = NULL;
-}
-
 void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s)
 {
     while (s->completed < s->recorded) {
@@ -269,7 +232,7 @@ void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s)
     }
 }
 
-static vpmm_status_t stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
+vpmm_status_t vpmm_i_stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
 {
     vpmm_status_t first = VPMM_SUCCESS;
     for (uint64_t i = s->completed; i < s->recorded; i++) {
@@ -284,69 +247,13 @@ static vpmm_status_t stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
     return first;
 }
 
-/* Another thread's per-thread stream record that holds nothing: no region names it, no marker
- * is in flight, no call holds it across an unlock. Freed, it costs nothing: its thread gets a
- * new one on its next call (threads come and go; their records must not pile up). */
-static int stream_idle_foreign(const vpmm_strm_t *s)
-{
-    return s->owner != 0 && !stream_here(s) && s->refs == 0 && s->held == 0 &&
-           s->completed == s->recorded && s->cache.count == 0;
-}
-
-void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
-{
-    vpmm_strm_t **link;
-    /* Cached regions are on no pending list: back to the ordinary states first, or polling
-     * would never make them ready for other streams. */
-    vpmm_i_cache_flush_all(p);
-    /* Deferred frees whose other streams are done become ordinary free memory (uses.c), pending
-     * on their own stream: marked and polled below with the rest. */
-    if (p->deferred_head != NULL)
-        vpmm_i_uses_release(p);
-    for (vpmm_strm_t *s = p->streams; s; s = s->next) {
-        if (s == except)
-            continue;
-        /* Unmarked frees get their marker; not another thread's per-thread stream's, whose
-         * substitute would make every blocking stream wait (see "Identity"). */
-        if (s->dirty_regions > 0 && stream_here(s))
-            (void)vpmm_i_stream_mark(p, s, s->recorded); /* capturing: stays unmarked */
-        vpmm_i_stream_poll(p, s);
-    }
-    /* Retired streams: poll, and forget those nothing refers to once their markers are done. */
-    link = &p->retired;
-    while (*link) {
-        vpmm_strm_t *s = *link;
-        vpmm_i_stream_poll(p, s);
-        if (s->refs == 0 && s->completed == s->recorded) {
-            *link = s->next;
-            stream_free(p, s); /* no marker in flight: nothing to destroy, cannot fail */
-            continue;
-        }
-        link = &s->next;
-    }
-    /* Last, once their memory could become ready: records of other threads that hold nothing. */
-    link = &p->streams;
-    while (*link) {
-        vpmm_strm_t *s = *link;
-        if (s != except && stream_idle_foreign(s)) {
-            *link = s->next;
-            p->stream_count--;
-            if (p->last_stream == s)
-                p->last_stream = NULL;
-            stream_free(p, s); /* nothing in flight: cannot fail */
-            continue;
-        }
-        link = &s->next;
-    }
-}
-
 void vpmm_i_stream_mark_foreign(vpmm_pool_t *p)
 {
     if (p->captures > 0)
         return; /* no legacy-stream work now (see "Identity") */
     vpmm_i_cache_flush_all(p);
     for (vpmm_strm_t *s = p->streams; s; s = s->next)
-        if (s->dirty_regions > 0 && !stream_here(s))
+        if (s->dirty_regions > 0 && !vpmm_i_stream_here(s))
             (void)vpmm_i_stream_mark(p, s, s->recorded);
 }
 
@@ -369,7 +276,7 @@ vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)
     if (p->last_stream == s)
         p->last_stream = NULL;
     if (s->refs == 0)
-        return stream_free(p, s); /* its in-flight markers, if any, are destroyed */
+        return vpmm_i_stream_free(p, s); /* its in-flight markers, if any, are destroyed */
     s->retired = 1;
     s->next = p->retired;
     p->retired = s;
@@ -384,7 +291,7 @@ vpmm_status_t vpmm_i_stream_fini_all(vpmm_pool_t *p)
         vpmm_strm_t *s = lists[l];
         while (s) {
             vpmm_strm_t *next = s->next;
-            st = stream_free(p, s);
+            st = vpmm_i_stream_free(p, s);
             first = first == VPMM_SUCCESS ? st : first;
             s = next;
         }
