@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "pool.h"
 
 /* ---- life ---------------------------------------------------------------------------------- */
@@ -120,16 +121,10 @@ vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s)
 {
     if (vpmm_i_side_find(a, s) != NULL)
         return VPMM_SUCCESS;
-    if (a->nside == a->side_cap) {
-        size_t cap = a->side_cap ? a->side_cap * 2 : 4;
-        vpmm_side_t *side = realloc(a->side, cap * sizeof *side);
-        if (side == NULL) {
-            vpmm_i_set_error("out of host memory for a graph pool's stream table");
-            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        }
-        /* Trees hold no pointer to themselves: moving them is safe. */
-        a->side = side;
-        a->side_cap = cap;
+    /* Trees hold no pointer to themselves: moving them is safe. */
+    if (VPMM_GROW(a->side, a->side_cap, a->nside + 1, 4) != 0) {
+        vpmm_i_set_error("out of host memory for a graph pool's stream table");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
     /* An entry stays while its stream record lives (a region of s may need it at any later
      * free); vpmm_i_arena_forget_stream drops it when the record is freed. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "pool.h"
 
 #define REGION_SLAB 256
@@ -22,14 +23,8 @@ vpmm_status_t vpmm_i_region_reserve(vpmm_pool_t *p, size_t n)
 {
     while (p->spare_count < n) {
         vpmm_region_t *slab;
-        if (p->slab_count == p->slab_cap) {
-            size_t cap = p->slab_cap ? p->slab_cap * 2 : 16;
-            void **s = realloc(p->slabs, cap * sizeof *s);
-            if (s == NULL)
-                goto oom;
-            p->slabs = s;
-            p->slab_cap = cap;
-        }
+        if (VPMM_GROW(p->slabs, p->slab_cap, p->slab_count + 1, 16) != 0)
+            goto oom;
         slab = calloc(REGION_SLAB, sizeof *slab);
         if (slab == NULL)
             goto oom;

@@ -19,6 +19,7 @@
  */
 #include <stdlib.h>
 
+#include "array.h"
 #include "pool.h"
 
 /* Retries the releases that failed before; keeps those that fail again. */
@@ -58,15 +59,9 @@ static vpmm_status_t candidates(vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_phys
             while (at + pg <= r->addr + r->size) {
                 vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
                 if (ph->va == at && releasable(ph, r)) {
-                    if (*n == *cap) {
-                        size_t ncap = *cap ? *cap * 2 : 64;
-                        vpmm_phys_t **g = realloc(*out, ncap * sizeof *g);
-                        if (g == NULL) {
-                            vpmm_i_set_error("vpmm_trim: out of host memory");
-                            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-                        }
-                        *out = g;
-                        *cap = ncap;
+                    if (VPMM_GROW(*out, *cap, *n + 1, 64) != 0) {
+                        vpmm_i_set_error("vpmm_trim: out of host memory");
+                        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
                     }
                     (*out)[(*n)++] = ph;
                 }
