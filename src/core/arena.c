@@ -530,21 +530,6 @@ vpmm_status_t vpmm_i_revive_check(const vpmm_pool_t *p, const vpmm_arena_t *a, u
     return VPMM_SUCCESS;
 }
 
-/* Cuts [lo, hi) out of the indexed region r: the parts outside keep r's state and stay indexed;
- * returns the middle piece, unindexed, for the caller to give a new state. */
-static vpmm_region_t *cut(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t lo, uintptr_t hi)
-{
-    vpmm_region_t *mid = r;
-    vpmm_i_index_del(p, r);
-    if (lo > r->addr) {
-        mid = vpmm_i_region_split(p, r, lo);
-        vpmm_i_index_add(p, r);
-    }
-    if (mid->addr + mid->size > hi)
-        vpmm_i_index_add(p, vpmm_i_region_split(p, mid, hi));
-    return mid;
-}
-
 /*
  * One handle back at its old address `at` (inside zombie z):
  *
@@ -554,13 +539,14 @@ static vpmm_region_t *cut(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t lo, uintpt
 static int revive_one(vpmm_region_t *z, uintptr_t at, vpmm_phys_t *ph, void *ctx)
 {
     vpmm_pool_t *p = ctx;
-    vpmm_region_t *m = cut(p, vpmm_i_region_find(p, ph->va), ph->va, ph->va + ph->size);
+    vpmm_region_t *m =
+        vpmm_i_region_cut(p, vpmm_i_region_find(p, ph->va), ph->va, ph->va + ph->size);
     m->state = VPMM_REGION_ZOMBIE;
     m->ready = 0;
     m->stream = NULL;
     m->seq = 0;
     vpmm_i_index_add(p, m);
-    m = cut(p, z, at, at + ph->size);
+    m = vpmm_i_region_cut(p, z, at, at + ph->size);
     ph->va = at; /* both mappings stay; only which one is live changes */
     vpmm_i_region_set_free(p, m, NULL);
     vpmm_i_index_add(p, m);

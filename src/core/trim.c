@@ -79,16 +79,9 @@ static vpmm_status_t candidates(vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_phys
  */
 static void forget_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
 {
-    vpmm_region_t *r = vpmm_i_region_find(p, ph->va), *mid = r;
-    const uintptr_t lo = ph->va, hi = ph->va + ph->size;
+    vpmm_region_t *mid =
+        vpmm_i_region_cut(p, vpmm_i_region_find(p, ph->va), ph->va, ph->va + ph->size);
 
-    vpmm_i_index_del(p, r);
-    if (lo > r->addr) {
-        mid = vpmm_i_region_split(p, r, lo);
-        vpmm_i_index_add(p, r);
-    }
-    if (mid->addr + mid->size > hi)
-        vpmm_i_index_add(p, vpmm_i_region_split(p, mid, hi));
     mid->state = VPMM_REGION_HOLE;
     mid->ready = 0;
     mid->stream = NULL;
