@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "graph.h"
 
 typedef struct ck_alloc {
@@ -71,21 +72,6 @@ static vpmm_status_t views_of(vpmm_pool_t *p, vpmm_arena_t *a, size_t guess, vpm
     }
 }
 
-static int grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-    void *a;
-    size_t ncap;
-    if (n < *cap)
-        return 0;
-    ncap = *cap ? *cap * 2 : 64;
-    a = realloc(*arr, ncap * elem);
-    if (a == NULL)
-        return -1;
-    *arr = a;
-    *cap = ncap;
-    return 0;
-}
-
 /* One walk over the arena's regions, straight into the checkpoint's arrays. */
 static vpmm_status_t snapshot(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_checkpoint_t *ck)
 {
@@ -95,7 +81,7 @@ static vpmm_status_t snapshot(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_checkpoint_t
         vpmm_view_t v;
         vpmm_i_region_view(r, &v);
         if (v.state == VPMM_REGION_ALLOCATED) {
-            if (grow((void **)&ck->allocs, &acap, ck->nallocs, sizeof *ck->allocs) != 0)
+            if (VPMM_GROW(ck->allocs, acap, ck->nallocs + 1, 64) != 0)
                 goto oom;
             ck->allocs[ck->nallocs++] = (ck_alloc_t){ v.addr, v.size, v.requested, v.stream };
             ck->live_bytes += v.requested;
@@ -105,7 +91,7 @@ static vpmm_status_t snapshot(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_checkpoint_t
             if (ck->nfrees > 0 && free_end == v.addr) {
                 ck->frees[ck->nfrees - 1].size += v.size; /* ready next to pending: one region */
             } else {
-                if (grow((void **)&ck->frees, &fcap, ck->nfrees, sizeof *ck->frees) != 0)
+                if (VPMM_GROW(ck->frees, fcap, ck->nfrees + 1, 64) != 0)
                     goto oom;
                 ck->frees[ck->nfrees++] = (ck_free_t){ v.addr, v.size };
             }

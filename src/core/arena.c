@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "pool.h"
 
 /* ---- life ---------------------------------------------------------------------------------- */
@@ -112,16 +113,10 @@ vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s)
 {
     if (vpmm_i_side_find(a, s) != NULL)
         return VPMM_SUCCESS;
-    if (a->nside == a->side_cap) {
-        size_t cap = a->side_cap ? a->side_cap * 2 : 4;
-        vpmm_side_t *side = realloc(a->side, cap * sizeof *side);
-        if (side == NULL) {
-            vpmm_i_set_error("out of host memory for a graph pool's stream table");
-            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        }
-        /* Trees hold no pointer to themselves: moving them is safe. */
-        a->side = side;
-        a->side_cap = cap;
+    /* Trees hold no pointer to themselves: moving them is safe. */
+    if (VPMM_GROW(a->side, a->side_cap, a->nside + 1, 4) != 0) {
+        vpmm_i_set_error("out of host memory for a graph pool's stream table");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
     /* An entry stays while its stream record lives (a region of s may need it at any later
      * free); vpmm_i_arena_forget_stream drops it when the record is freed. */
@@ -518,21 +513,6 @@ vpmm_status_t vpmm_i_revive_check(const vpmm_pool_t *p, const vpmm_arena_t *a, u
     return VPMM_SUCCESS;
 }
 
-/* Cuts [lo, hi) out of the indexed region r: the parts outside keep r's state and stay indexed;
- * returns the middle piece, unindexed, for the caller to give a new state. */
-static vpmm_region_t *cut(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t lo, uintptr_t hi)
-{
-    vpmm_region_t *mid = r;
-    vpmm_i_index_del(p, r);
-    if (lo > r->addr) {
-        mid = vpmm_i_region_split(p, r, lo);
-        vpmm_i_index_add(p, r);
-    }
-    if (mid->addr + mid->size > hi)
-        vpmm_i_index_add(p, vpmm_i_region_split(p, mid, hi));
-    return mid;
-}
-
 /*
  * One handle back at its old address `at` (inside zombie z):
  *
@@ -542,13 +522,14 @@ static vpmm_region_t *cut(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t lo, uintpt
 static int revive_one(vpmm_region_t *z, uintptr_t at, vpmm_phys_t *ph, void *ctx)
 {
     vpmm_pool_t *p = ctx;
-    vpmm_region_t *m = cut(p, vpmm_i_region_find(p, ph->va), ph->va, ph->va + ph->size);
+    vpmm_region_t *m =
+        vpmm_i_region_cut(p, vpmm_i_region_find(p, ph->va), ph->va, ph->va + ph->size);
     m->state = VPMM_REGION_ZOMBIE;
     m->ready = 0;
     m->stream = NULL;
     m->seq = 0;
     vpmm_i_index_add(p, m);
-    m = cut(p, z, at, at + ph->size);
+    m = vpmm_i_region_cut(p, z, at, at + ph->size);
     ph->va = at; /* both mappings stay; only which one is live changes */
     vpmm_i_region_set_free(p, m, NULL);
     vpmm_i_index_add(p, m);

@@ -27,11 +27,7 @@
  * with its neighbours: z may grow or be freed, so the caller must not look at it afterwards. */
 static void zombie_to_hole(vpmm_pool_t *p, vpmm_region_t *z, size_t done)
 {
-    vpmm_i_index_del(p, z);
-    if (done < z->size) {
-        vpmm_region_t *rest = vpmm_i_region_split(p, z, z->addr + done);
-        vpmm_i_index_add(p, rest); /* still a zombie */
-    }
+    z = vpmm_i_region_cut(p, z, z->addr, z->addr + done); /* z itself; the rest stays zombie */
     z->state = VPMM_REGION_HOLE;
     z->stream = NULL;
     z->seq = 0;
@@ -125,18 +121,9 @@ static size_t collect_waits(const vpmm_plan_t *plan, const vpmm_strm_t *s, wait_
 static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to)
 {
     const size_t pg = p->page_size;
-    vpmm_region_t *src = run->src, *mid = src;
     uintptr_t end = run->addr + run->npages * pg;
+    vpmm_region_t *mid = vpmm_i_region_cut(p, run->src, run->addr, end);
 
-    vpmm_i_index_del(p, src);
-    if (run->addr > src->addr) {
-        mid = vpmm_i_region_split(p, src, run->addr);
-        vpmm_i_index_add(p, src);
-    }
-    if (mid->addr + mid->size > end) {
-        vpmm_region_t *hi = vpmm_i_region_split(p, mid, end);
-        vpmm_i_index_add(p, hi);
-    }
     for (uintptr_t at = run->addr; at < end;) {
         vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
         ph->va = to + (at - run->addr);

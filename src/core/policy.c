@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "pool.h"
 
 static vpmm_region_t *region_of(vpmm_rb_node_t *n)
@@ -178,15 +179,9 @@ static void choose_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t supp
 
 static vpmm_status_t add_run(vpmm_plan_t *plan, vpmm_region_t *src, uintptr_t addr, size_t np)
 {
-    if (plan->nruns == plan->runs_cap) {
-        size_t cap = plan->runs_cap ? plan->runs_cap * 2 : 8;
-        vpmm_harvest_t *runs = realloc(plan->runs, cap * sizeof *runs);
-        if (runs == NULL) {
-            vpmm_i_set_error("out of host memory for a defragmentation plan");
-            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        }
-        plan->runs = runs;
-        plan->runs_cap = cap;
+    if (VPMM_GROW(plan->runs, plan->runs_cap, plan->nruns + 1, 8) != 0) {
+        vpmm_i_set_error("out of host memory for a defragmentation plan");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
     plan->runs[plan->nruns++] = (vpmm_harvest_t){ src, addr, np };
     return VPMM_SUCCESS;
@@ -283,16 +278,10 @@ static vpmm_status_t harvest_others(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t 
                 continue;
             for (vpmm_rb_node_t *nd = vpmm_rb_lower_bound(&t->free_tree, p->page_size, 0); nd;
                  nd = vpmm_rb_next(nd)) {
-                if (n == cap) {
-                    size_t ncap = cap ? cap * 2 : 64;
-                    vpmm_region_t **c = realloc(cand, ncap * sizeof *c);
-                    if (c == NULL) {
-                        vpmm_i_set_error("out of host memory for a defragmentation plan");
-                        free(cand);
-                        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-                    }
-                    cand = c;
-                    cap = ncap;
+                if (VPMM_GROW(cand, cap, n + 1, 64) != 0) {
+                    vpmm_i_set_error("out of host memory for a defragmentation plan");
+                    free(cand);
+                    return VPMM_ERROR_HOST_OUT_OF_MEMORY;
                 }
                 cand[n++] = region_of(nd);
             }

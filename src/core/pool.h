@@ -356,6 +356,10 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r);
 /* Splits an unindexed region at addr; returns the new upper part (linked after r, unindexed). */
 vpmm_region_t *vpmm_i_region_split(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t addr);
 
+/* Cuts [lo, hi) out of the indexed region r: the parts outside keep r's state and stay indexed;
+ * returns the middle piece, unindexed (r itself when lo == r->addr). Up to two spare nodes. */
+vpmm_region_t *vpmm_i_region_cut(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t lo, uintptr_t hi);
+
 /* Carves the first `bytes` of an indexed FREE region r off as a new unindexed region; r stays
  * indexed as the rest (hot-path split: one tree re-key). */
 vpmm_region_t *vpmm_i_free_take_front(vpmm_pool_t *p, vpmm_region_t *r, size_t bytes);

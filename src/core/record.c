@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "array.h"
 #include "pool.h"
 
 #define RECORD_BUFFER (64 * 1024)
@@ -110,14 +111,8 @@ static unsigned long stream_no(vpmm_record_t *r, vpmm_stream_key_t k)
     for (size_t i = 0; i < r->nids; i++)
         if (vpmm_i_stream_key_equal(r->ids[i], k))
             return (unsigned long)i;
-    if (r->nids == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 8;
-        vpmm_stream_key_t *ids = realloc(r->ids, cap * sizeof *ids);
-        if (ids == NULL)
-            return (unsigned long)-1; /* the line still identifies the block; stream unknown */
-        r->ids = ids;
-        r->cap = cap;
-    }
+    if (VPMM_GROW(r->ids, r->cap, r->nids + 1, 8) != 0)
+        return (unsigned long)-1; /* the line still identifies the block; stream unknown */
     if (r->nids == 0 && k.handle != NULL) {
         /* Number 0 belongs to the legacy stream, whether or not it comes first. */
         r->ids[r->nids++] = (vpmm_stream_key_t){ NULL, 0 };

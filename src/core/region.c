@@ -1,5 +1,6 @@
 /*
- * region.c — region nodes, the per-state indexes, split/merge and coalescing.
+ * region.c — region nodes, the per-state indexes, split/merge, cutting a range out of an indexed
+ * region, and coalescing.
  *
  * A region is "indexed" when it sits in the structure its state calls for (I7 in pool.h: the
  * trees of its chunk's arena) and its bytes are counted in the matching counters (I5; a private
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "pool.h"
 
 #define REGION_SLAB 256
@@ -22,14 +24,8 @@ vpmm_status_t vpmm_i_region_reserve(vpmm_pool_t *p, size_t n)
 {
     while (p->spare_count < n) {
         vpmm_region_t *slab;
-        if (p->slab_count == p->slab_cap) {
-            size_t cap = p->slab_cap ? p->slab_cap * 2 : 16;
-            void **s = realloc(p->slabs, cap * sizeof *s);
-            if (s == NULL)
-                goto oom;
-            p->slabs = s;
-            p->slab_cap = cap;
-        }
+        if (VPMM_GROW(p->slabs, p->slab_cap, p->slab_count + 1, 16) != 0)
+            goto oom;
         slab = calloc(REGION_SLAB, sizeof *slab);
         if (slab == NULL)
             goto oom;
@@ -313,6 +309,31 @@ vpmm_region_t *vpmm_i_region_split(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t a
         r->next->prev = n;
     r->next = n;
     return n;
+}
+
+/*
+ * Cut [lo, hi) out of the indexed region r; the pieces outside keep r's state and attributes and
+ * stay indexed, the middle one comes back unindexed for the caller to give a new state:
+ *
+ *     r: [addr0 ........|===== lo .. hi =====|........ end)
+ *  =>    [addr0 ...... lo)[lo ............. hi)[hi ..... end)
+ *         r, indexed       returned, unindexed  new, indexed
+ *
+ * Either outer piece may be empty (then there is no such piece; with lo == r->addr the returned
+ * piece is r itself). Needs up to two spare region nodes (vpmm_i_region_reserve, by the caller).
+ */
+vpmm_region_t *vpmm_i_region_cut(vpmm_pool_t *p, vpmm_region_t *r, uintptr_t lo, uintptr_t hi)
+{
+    vpmm_region_t *mid = r;
+    VPMM_ASSERT(lo >= r->addr && lo < hi && hi - r->addr <= r->size);
+    vpmm_i_index_del(p, r);
+    if (lo > r->addr) {
+        mid = vpmm_i_region_split(p, r, lo);
+        vpmm_i_index_add(p, r);
+    }
+    if (mid->addr + mid->size > hi)
+        vpmm_i_index_add(p, vpmm_i_region_split(p, mid, hi));
+    return mid;
 }
 
 /*

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "pool.h"
 
 uint64_t vpmm_i_thread_token(void)
@@ -109,16 +110,10 @@ vpmm_status_t vpmm_i_event_get(vpmm_pool_t *p, vpmm_drv_event_t *out)
 
 void vpmm_i_event_put(vpmm_pool_t *p, vpmm_drv_event_t ev)
 {
-    if (p->idle_count == p->idle_cap) {
-        size_t cap = p->idle_cap ? p->idle_cap * 2 : 16;
-        vpmm_drv_event_t *a = realloc(p->idle_events, cap * sizeof *a);
-        if (a == NULL) {
-            /* Keeping it is an optimisation only: without room, give the event back. */
-            event_destroy(p, ev);
-            return;
-        }
-        p->idle_events = a;
-        p->idle_cap = cap;
+    if (VPMM_GROW(p->idle_events, p->idle_cap, p->idle_count + 1, 16) != 0) {
+        /* Keeping it is an optimisation only: without room, give the event back. */
+        event_destroy(p, ev);
+        return;
     }
     p->idle_events[p->idle_count++] = ev;
 }

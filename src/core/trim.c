@@ -19,6 +19,7 @@
  */
 #include <stdlib.h>
 
+#include "array.h"
 #include "pool.h"
 
 /* Retries the releases that failed before; keeps those that fail again. */
@@ -58,15 +59,9 @@ static vpmm_status_t candidates(vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_phys
             while (at + pg <= r->addr + r->size) {
                 vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
                 if (ph->va == at && releasable(ph, r)) {
-                    if (*n == *cap) {
-                        size_t ncap = *cap ? *cap * 2 : 64;
-                        vpmm_phys_t **g = realloc(*out, ncap * sizeof *g);
-                        if (g == NULL) {
-                            vpmm_i_set_error("vpmm_trim: out of host memory");
-                            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-                        }
-                        *out = g;
-                        *cap = ncap;
+                    if (VPMM_GROW(*out, *cap, *n + 1, 64) != 0) {
+                        vpmm_i_set_error("vpmm_trim: out of host memory");
+                        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
                     }
                     (*out)[(*n)++] = ph;
                 }
@@ -84,16 +79,9 @@ static vpmm_status_t candidates(vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_phys
  */
 static void forget_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
 {
-    vpmm_region_t *r = vpmm_i_region_find(p, ph->va), *mid = r;
-    const uintptr_t lo = ph->va, hi = ph->va + ph->size;
+    vpmm_region_t *mid =
+        vpmm_i_region_cut(p, vpmm_i_region_find(p, ph->va), ph->va, ph->va + ph->size);
 
-    vpmm_i_index_del(p, r);
-    if (lo > r->addr) {
-        mid = vpmm_i_region_split(p, r, lo);
-        vpmm_i_index_add(p, r);
-    }
-    if (mid->addr + mid->size > hi)
-        vpmm_i_index_add(p, vpmm_i_region_split(p, mid, hi));
     mid->state = VPMM_REGION_HOLE;
     mid->ready = 0;
     mid->stream = NULL;

@@ -136,15 +136,5 @@ void vpmm_i_chunk_trim(vpmm_pool_t *p)
  */
 vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t addr, size_t len)
 {
-    vpmm_region_t *mid = hole;
-    vpmm_i_index_del(p, hole);
-    if (addr > hole->addr) {
-        mid = vpmm_i_region_split(p, hole, addr);
-        vpmm_i_index_add(p, hole);
-    }
-    if (mid->addr + mid->size > addr + len) {
-        vpmm_region_t *tail = vpmm_i_region_split(p, mid, addr + len);
-        vpmm_i_index_add(p, tail);
-    }
-    return mid;
+    return vpmm_i_region_cut(p, hole, addr, addr + len);
 }

@@ -14,7 +14,7 @@
  *  - Mapping: mmap(MAP_SHARED|MAP_FIXED) of the handle's extent over the placeholder, so aliases
  *    see the same bytes; set_access is mprotect; unmap puts a PROT_NONE placeholder back.
  *  - Also here: the driver table, open and close, vpmm_host_counts and vpmm_host_check. The slot
- *    table, array growth and failure recorders all three files use are in driver_host_base.c.
+ *    table and failure recorders all three files use are in driver_host_base.c.
  *    Calls go one way: driver_host.c -> driver_host_graph.c -> driver_host_stream.c ->
  *    driver_host_base.c; the stream side reaches graphs only through h->graph_ops.
  *

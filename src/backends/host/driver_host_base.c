@@ -1,41 +1,17 @@
 /*
  * driver_host_base.c — the host backend's building blocks, shared by driver_host.c,
- * driver_host_stream.c and driver_host_graph.c and calling none of them: array growth, the
- * generation-checked slot table (handles of events, graphs, execs, user objects), the
- * host-instance test and the failure recorders (driver.h rule 1: last_code, last_call).
+ * driver_host_stream.c and driver_host_graph.c and calling none of them: the generation-checked
+ * slot table (handles of events, graphs, execs, user objects), the host-instance test and the
+ * failure recorders (driver.h rule 1: last_code, last_call). Arrays grow through RESERVE
+ * (driver_host_internal.h, on ds/array.h).
  * Thread-safety: the callers hold the instance's mutex. No invariants of its own (the slot
  * tables' are I-equations in driver_host_internal.h, checked by vpmm_host_check).
  */
 #include "driver_host_internal.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 #include "util.h"
 
 /* ---- small containers --------------------------------------------------------------------- */
-
-/* Makes room for `need` elements in the array *arr_ptr of capacity *cap (doubling). The pointer
- * is moved through memcpy so one helper serves every element type without aliasing tricks. */
-int vpmm_host_i_reserve_impl(void *arr_ptr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 8;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem)
-            return -1;
-        n *= 2;
-    }
-    void *old;
-    memcpy(&old, arr_ptr, sizeof old);
-    void *p = realloc(old, n * elem);
-    if (!p)
-        return -1;
-    memcpy(arr_ptr, &p, sizeof p);
-    *cap = n;
-    return 0;
-}
 
 uint64_t vpmm_host_i_slot_put(slot_table_t *t, void *obj)
 {

@@ -2,8 +2,8 @@
  * driver_host_internal.h — what the three parts of the host emulation backend share:
  * driver_host.c (memory: memfd extents, handles, mappings, reservations, lifetime, the invariant
  * check), driver_host_stream.c (simulated streams, events and capture) and driver_host_graph.c
- * (graphs, executable graphs, user objects), on driver_host_base.c (slot tables, array growth,
- * failure recorders). Calls go one way: driver_host.c -> _graph.c -> _stream.c -> _base.c; the
+ * (graphs, executable graphs, user objects), on driver_host_base.c (slot tables, failure
+ * recorders). Calls go one way: driver_host.c -> _graph.c -> _stream.c -> _base.c; the
  * stream side reaches the graph side only through h->graph_ops. It holds the instance (host_drv_t)
  * and its records, the invariants as equations above struct host_drv, and the vpmm_host_i_* helpers
  * one part defines and another calls. Nothing outside those files may include it: tests and the
@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "array.h"
 #include "driver_host.h"
 
 /* Event tokens carry a 64-bit slot id in the pointer (see slot_table_t). */
@@ -44,12 +45,11 @@ enum {
     CODE_UNKNOWN = 999,
 };
 
-/* ---- small containers (driver_host.c) ----------------------------------------------------- */
+/* ---- small containers (driver_host_base.c) ------------------------------------------------ */
 
-/* Grows the array *arr_ptr of capacity *cap to hold `need` elements of `elem` bytes (doubling);
- * 0, or -1 with the array untouched when out of host memory. Called through RESERVE. */
-int vpmm_host_i_reserve_impl(void *arr_ptr, size_t *cap, size_t need, size_t elem);
-#define RESERVE(arr, cap, need) vpmm_host_i_reserve_impl(&(arr), &(cap), (need), sizeof(*(arr)))
+/* Grows the array `arr` of capacity `cap` to hold `need` elements (doubling from 8, ds/array.h);
+ * 0, or -1 with the array untouched when out of host memory. */
+#define RESERVE(arr, cap, need) VPMM_GROW(arr, cap, need, 8)
 
 /*
  * Slot table: opaque 64-bit ids for handles and events. id = generation << 32 | (index + 1), so an
