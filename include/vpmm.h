@@ -149,6 +149,9 @@ typedef struct vpmm_config {
                               (what vpmm_config_init sets, unless the calling file was compiled with
                               CUDA_API_PER_THREAD_DEFAULT_STREAM: then PER_THREAD) = the
                               environment, else LEGACY */
+    int driver_stats; /* VPMM_DRIVER_STATS; -1 (default) = 0; 1 = count every driver call
+                        and time it, by kind (vpmm_driver_stats): two clock reads per
+                        driver call; 0 = the pool calls its backend directly (no cost) */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */
@@ -213,6 +216,51 @@ typedef struct vpmm_graph_pool_stats {
     uint64_t captures;        /* captures into it in progress */
     int pinned;               /* its pages may not leave it: a graph or capture uses it */
 } vpmm_graph_pool_stats_t;
+
+/*
+ * The kinds of driver call a pool makes, one per entry of its backend's table (the CUDA driver
+ * function each stands for in parentheses). Values are stable; vpmm_driver_call_name gives the
+ * short name ("mem_map") the tools print.
+ */
+typedef enum vpmm_driver_call {
+    VPMM_DRIVER_CALL_GRANULARITY = 0,               /* cuMemGetAllocationGranularity */
+    VPMM_DRIVER_CALL_VA_RESERVE = 1,                /* cuMemAddressReserve */
+    VPMM_DRIVER_CALL_VA_FREE = 2,                   /* cuMemAddressFree */
+    VPMM_DRIVER_CALL_MEM_CREATE = 3,                /* cuMemCreate: a physical handle */
+    VPMM_DRIVER_CALL_MEM_RELEASE = 4,               /* cuMemRelease */
+    VPMM_DRIVER_CALL_MEM_MAP = 5,                   /* cuMemMap */
+    VPMM_DRIVER_CALL_MEM_UNMAP = 6,                 /* cuMemUnmap */
+    VPMM_DRIVER_CALL_SET_ACCESS = 7,                /* cuMemSetAccess */
+    VPMM_DRIVER_CALL_EVENT_CREATE = 8,              /* cuEventCreate */
+    VPMM_DRIVER_CALL_EVENT_DESTROY = 9,             /* cuEventDestroy */
+    VPMM_DRIVER_CALL_EVENT_RECORD = 10,             /* cuEventRecord */
+    VPMM_DRIVER_CALL_EVENT_QUERY = 11,              /* cuEventQuery */
+    VPMM_DRIVER_CALL_STREAM_WAIT_EVENT = 12,        /* cuStreamWaitEvent */
+    VPMM_DRIVER_CALL_CAPTURE_INFO = 13,             /* cuStreamGetCaptureInfo */
+    VPMM_DRIVER_CALL_MEM_GET_INFO = 14,             /* cuMemGetInfo */
+    VPMM_DRIVER_CALL_SYNCHRONIZE = 15,              /* cuCtxSynchronize */
+    VPMM_DRIVER_CALL_BEGIN_CAPTURE = 16,            /* cuStreamBeginCapture */
+    VPMM_DRIVER_CALL_END_CAPTURE = 17,              /* cuStreamEndCapture */
+    VPMM_DRIVER_CALL_USER_OBJECT_CREATE = 18,       /* cuUserObjectCreate */
+    VPMM_DRIVER_CALL_GRAPH_RETAIN_USER_OBJECT = 19, /* cuGraphRetainUserObject */
+    VPMM_DRIVER_CALL_USER_OBJECT_RELEASE = 20,      /* cuUserObjectRelease */
+    VPMM_DRIVER_CALL_GRAPH_DESTROY = 21,            /* cuGraphDestroy */
+    VPMM_DRIVER_CALL_COUNT = 22
+} vpmm_driver_call_t;
+
+/* One kind of driver call: how often the pool made it and how long it took in all. */
+typedef struct vpmm_driver_call_stats {
+    uint64_t calls;    /* calls made (failed ones included) */
+    uint64_t failures; /* calls that failed (event_query's "not ready" is an answer, not one) */
+    uint64_t ns;       /* wall time spent in the calls (CLOCK_MONOTONIC), in nanoseconds */
+} vpmm_driver_call_stats_t;
+
+/* A pool's driver calls by kind since its creation (vpmm_driver_stats): where its time goes. */
+typedef struct vpmm_driver_stats {
+    uint64_t calls;                                        /* all kinds together */
+    uint64_t ns;                                           /* all kinds together */
+    vpmm_driver_call_stats_t call[VPMM_DRIVER_CALL_COUNT]; /* indexed by vpmm_driver_call_t */
+} vpmm_driver_stats_t;
 
 /* Region states, as reported by vpmm_pool_walk and vpmm_pool_dump. */
 typedef enum vpmm_region_state {
@@ -343,6 +391,20 @@ vpmm_status_t vpmm_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes);
  * returned to the shared pool first, so graph_pools counts only those still alive). A consistent
  * snapshot: taken under the lock. Threads: any. */
 vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out_stats);
+
+/*
+ * The pool's driver calls by kind (count, failures, time) since its creation, graph pools
+ * included: kept only for a pool created with config.driver_stats = 1 (or VPMM_DRIVER_STATS=1),
+ * which wraps its backend in a counting layer (two clock reads per driver call; the malloc/free
+ * fast path makes no driver call on the legacy stream and one capture query on other streams).
+ * Any other pool gets VPMM_ERROR_NOT_SUPPORTED (out_stats untouched). Threads: any (no lock: the
+ * counters are atomic; with other threads calling the driver, a kind may be a call behind).
+ */
+vpmm_status_t vpmm_driver_stats(const vpmm_pool_t *pool, vpmm_driver_stats_t *out_stats);
+
+/* The short name of a kind of driver call: "mem_map", "set_access", ... (the driver table's
+ * member names); "unknown" for a value out of range. Threads: free. */
+const char *vpmm_driver_call_name(vpmm_driver_call_t call);
 
 /* Resets peak_live_bytes and peak_mapped_bytes to the current values. Threads: any. */
 vpmm_status_t vpmm_reset_peak_stats(vpmm_pool_t *pool);

@@ -4,7 +4,7 @@
 The layers of src/ (docs/ARCHITECTURE.md), top down; a folder may use its own files and any folder
 of a lower layer, never one of its own layer (sideways) or of a higher one (upward):
 
-    api/ -> checkpoint/ -> graph/ -> core/ -> backends/{cuda,host,fault}/ -> driver/ -> ds/
+    api/ -> checkpoint/ -> graph/ -> core/ -> backends/{cuda,host,fault,count}/ -> driver/ -> ds/
 
 The backends are used by api/ only (its backend factory): the core and the layers above it reach
 them through the driver table. include/vpmm.h, the public contract, is below everything: every folder may include it, and it
@@ -45,7 +45,7 @@ LAYERS = [
     ("src/checkpoint",),
     ("src/graph",),
     ("src/core",),
-    ("src/backends/cuda", "src/backends/host", "src/backends/fault"),
+    ("src/backends/cuda", "src/backends/host", "src/backends/fault", "src/backends/count"),
     ("src/driver",),
     ("src/ds",),
     ("include",),
@@ -56,6 +56,7 @@ ONLY_FROM = {
     "src/backends/cuda": {"src/api"},
     "src/backends/host": {"src/api"},
     "src/backends/fault": {"src/api"},
+    "src/backends/count": {"src/api"},
 }
 # Sub-layers inside a folder, top down (see 2b. above; docs/ARCHITECTURE.md, "The core's
 # sub-layers"). Files in one tuple may call each other, without a circle.

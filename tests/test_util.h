@@ -46,6 +46,7 @@ typedef struct tpool_params {
     int per_thread_default; /* stream 0 is the calling thread's per-thread stream (pool and host) */
     size_t va_limit;        /* the host backend's address space: 0 = unlimited */
     const char *trace_file; /* VPMM_TRACE_FILE: NULL = none */
+    int driver_stats;       /* VPMM_DRIVER_STATS: the counting decorator over the fault one */
 } tpool_params_t;
 
 /* Opens a test pool; fails the test on error. */

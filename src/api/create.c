@@ -2,11 +2,14 @@
  * create.c — the API floor's pool creation: resolves the options, opens the backend the options
  * name (the backend factory: the only file above the backends that knows them) and hands the
  * driver to the core (vpmm_i_pool_create_on), with graph/'s hooks when graph/ is built in
- * (VPMM_WITH_GRAPHS). Stateless; thread-safe as the calls it makes.
+ * (VPMM_WITH_GRAPHS); with driver_stats on, it wraps that driver in the counting decorator
+ * (backends/count/) first, so that other pools call their backend directly, at no cost.
+ * Stateless; thread-safe as the calls it makes.
  */
 #include <stdio.h>
 
 #include "api.h"
+#include "driver_count.h"
 #include "driver_host.h"
 #ifdef VPMM_HAVE_GRAPHS
 #include "graph.h"
@@ -53,10 +56,33 @@ static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
     return vpmm_i_status_from_dres(r);
 }
 
+/*
+ * With driver_stats on, puts the counting decorator over *drv (which it then owns when owns_drv;
+ * the pool always owns the wrapper). On failure *drv is closed when owned, as pool creation would.
+ */
+static vpmm_status_t maybe_count(const vpmm_options_t *opt, vpmm_driver_t **drv, int *owns_drv)
+{
+    vpmm_driver_t *w;
+    vpmm_dres_t r;
+    if (!opt->driver_stats)
+        return VPMM_SUCCESS;
+    r = vpmm_count_wrap(*drv, *owns_drv, &w);
+    if (r != VPMM_DRV_OK) {
+        if (*owns_drv)
+            (*drv)->close(*drv);
+        vpmm_i_set_error("out of host memory for the driver statistics");
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
+    *drv = w;
+    *owns_drv = 1;
+    return VPMM_SUCCESS;
+}
+
 vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_pool)
 {
     vpmm_options_t opt;
     vpmm_driver_t *drv;
+    int owns = 1;
     if (out_pool == NULL) {
         vpmm_i_set_error("vpmm_pool_create: out_pool is NULL");
         return VPMM_ERROR_INVALID_ARGUMENT;
@@ -64,11 +90,13 @@ vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_po
     *out_pool = NULL;
     VPMM_CHECK(vpmm_i_options_resolve(config, &opt));
     VPMM_CHECK(open_driver(&opt, &drv));
-    return vpmm_i_pool_create_on(&opt, drv, 1, GRAPH_HOOKS, out_pool);
+    VPMM_CHECK(maybe_count(&opt, &drv, &owns));
+    return vpmm_i_pool_create_on(&opt, drv, owns, GRAPH_HOOKS, out_pool);
 }
 
 vpmm_status_t vpmm_a_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
                                     vpmm_pool_t **out)
 {
+    VPMM_CHECK(maybe_count(opt, &drv, &owns_drv));
     return vpmm_i_pool_create_on(opt, drv, owns_drv, GRAPH_HOOKS, out);
 }
