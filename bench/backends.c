@@ -90,7 +90,7 @@ static int make_streams(backend_t *b, const uint64_t *ids, int cuda)
     return 0;
 }
 
-int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, int verify,
+int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, int flags,
                  backend_t **out, char *err, size_t errlen)
 {
     backend_t *b = calloc(1, sizeof *b);
@@ -100,7 +100,7 @@ int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, 
         return -1;
     }
     b->nstreams = nstreams;
-    b->verify = verify;
+    b->verify = (flags & BACKEND_VERIFY) != 0;
     if (strcmp(name, "host") == 0 || strcmp(name, "cuda") == 0) {
         vpmm_config_t cfg;
         vpmm_status_t st;
@@ -111,6 +111,8 @@ int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, 
             goto fail;
         vpmm_config_init(&cfg);
         cfg.backend = cuda ? VPMM_BACKEND_CUDA : VPMM_BACKEND_HOST;
+        if (flags & BACKEND_DRIVER_STATS)
+            cfg.driver_stats = 1;
         st = vpmm_pool_create(&cfg, &b->pool);
         if (st != VPMM_SUCCESS) {
             snprintf(err, errlen, "vpmm_pool_create: %s (%s)", vpmm_strerror(st),
@@ -337,6 +339,7 @@ void backend_finish(backend_t *b, backend_result_t *out)
         vpmm_get_stats(b->pool, &out->vpmm);
         out->have_vpmm_stats = 1;
         out->peak_device = out->vpmm.peak_mapped_bytes;
+        out->have_driver_stats = vpmm_driver_stats(b->pool, &out->driver) == VPMM_SUCCESS;
     } else if (b->kind == K_ASYNC) {
         uint64_t high = 0;
         cudaMemPoolGetAttribute(b->mempool, cudaMemPoolAttrReservedMemHigh, &high);

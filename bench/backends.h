@@ -35,7 +35,15 @@ typedef struct backend_result {
     uint64_t peak_device;
     int have_vpmm_stats;
     vpmm_stats_t vpmm; /* when have_vpmm_stats */
+    int have_driver_stats;
+    vpmm_driver_stats_t driver; /* when have_driver_stats (vpmm opened with BACKEND_DRIVER_STATS) */
 } backend_result_t;
+
+/* backend_open's flags. */
+enum {
+    BACKEND_VERIFY = 1,       /* write a pattern into every allocation, check it before the free */
+    BACKEND_DRIVER_STATS = 2, /* vpmm: count and time its driver calls (config.driver_stats) */
+};
 
 /* Known names, for messages: "host, cuda, cudaMallocAsync, cudaMalloc". */
 const char *backend_names(void);
@@ -45,10 +53,11 @@ const char *backend_default(void);
 
 /*
  * Opens a backend with nstreams streams (index 0 is the legacy default stream when the trace's
- * first stream is 0, see replay.c). verify: writes a pattern into every allocation and checks it
- * before the free (touches every page). Returns 0, or -1 with a message in err.
+ * first stream is 0, see replay.c). flags: BACKEND_VERIFY writes a pattern into every allocation
+ * and checks it before the free (touches every page); BACKEND_DRIVER_STATS makes a vpmm pool keep
+ * its driver calls by kind (backend_finish reports them). Returns 0, or -1 with a message in err.
  */
-int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, int verify,
+int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, int flags,
                  backend_t **out, char *err, size_t errlen);
 
 /* The backend's display name ("vpmm/host", "cudaMallocAsync", ...). */

@@ -3,22 +3,28 @@
  * baseline and reports footprint (peak device memory / peak live bytes) and per-call latency.
  *
  *   vpmm-replay [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--svg FILE]
- *               [--verify] [--quiet] [--version] TRACE
+ *               [--verify] [--no-driver-stats] [--quiet] [--version] TRACE
  *
  * The --svg file is created before anything else, so a bad path fails at once; the trace is then
  * loaded and validated (bad lines are reported with their number, a truncated .gz as truncated),
  * so the replay loop only indexes arrays; each malloc and free is timed alone with the TSC
- * (timing.h; the timer's own cost is reported as timer_ns, not subtracted). Without --verify no
- * allocation is touched, so an 8 GB trace replays on the host backend in a few MB of RAM.
- * A replay in which mallocs failed (out of memory: a cap, a small device) served another program
- * than the trace's: its figures are printed, but no footprint, and it exits 4.
- * Exit status: 0 ok, 1 bad usage, trace or output file, 2 backend unavailable, 3 an allocator
- * error, 4 mallocs failed for lack of memory. A run that does not end in 0 or 4 leaves no --svg
- * file behind.
+ * (timing.h; the timer's own cost is reported as timer_ns, not subtracted). Where the time goes
+ * (issue 13): the sum of all malloc and of all free durations (the total allocator time), their
+ * p99 and max; for vpmm its driver calls by kind (count and time, vpmm_driver_stats: on unless
+ * --no-driver-stats, which spares each driver call two clock reads), defragmentations, remaps per
+ * page; and the background CPU time: the process's CPU time during the replay minus the replay
+ * thread's own (CLOCK_PROCESS_CPUTIME_ID - CLOCK_THREAD_CPUTIME_ID), so that work another thread
+ * does for the allocator (a driver's or a future worker's) is reported, never hidden. Without
+ * --verify no allocation is touched, so an 8 GB trace replays on the host backend in a few MB of
+ * RAM. A replay in which mallocs failed (out of memory: a cap, a small device) served another
+ * program than the trace's: its figures are printed, but no footprint, and it exits 4. Exit status:
+ * 0 ok, 1 bad usage, trace or output file, 2 backend unavailable, 3 an allocator error, 4 mallocs
+ * failed for lack of memory. A run that does not end in 0 or 4 leaves no --svg file behind.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends.h"
@@ -35,7 +41,7 @@ enum { EXIT_USAGE = 1, EXIT_BACKEND = 2, EXIT_ERROR = 3, EXIT_OOM = 4 };
 
 typedef struct options {
     const char *backend, *trace, *svg;
-    int json, verify, quiet;
+    int json, verify, quiet, no_driver_stats;
 } options_t;
 
 static void usage(FILE *f)
@@ -47,6 +53,8 @@ static void usage(FILE *f)
             "  --svg FILE write a memory timeline (live, device, free; VA holes in a panel of\n"
             "             their own); FILE is created before the replay starts\n"
             "  --verify   write a pattern into every allocation, check it before the free\n"
+            "  --no-driver-stats  vpmm: do not count and time its driver calls (spares two clock\n"
+            "             reads per driver call; the driver table of the report is then empty)\n"
             "  --quiet    no progress bar\n"
             "  --version  print the version and exit\n"
             "TRACE: a trace file (docs/TRACE_FORMAT.md), gzip or plain, or - for stdin\n"
@@ -63,6 +71,7 @@ static void parse_args(int argc, char **argv, options_t *o)
         { "svg", required_argument, NULL, 's' },
         { "verify", no_argument, NULL, 'v' },
         { "quiet", no_argument, NULL, 'q' },
+        { "no-driver-stats", no_argument, NULL, 'D' },
         CLI_COMMON_OPTIONS,
         { NULL, 0, NULL, 0 },
     };
@@ -84,6 +93,9 @@ static void parse_args(int argc, char **argv, options_t *o)
             break;
         case 'q':
             o->quiet = 1;
+            break;
+        case 'D':
+            o->no_driver_stats = 1;
             break;
         default:
             cli_other_option(TOOL, c, usage);
@@ -111,9 +123,20 @@ static void progress(size_t done, size_t total, int *last_pct)
         fputc('\n', stderr);
 }
 
+/* The CPU time of a clock (CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID), in ns. */
+static uint64_t cpu_ns(clockid_t clock)
+{
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 typedef struct result {
     size_t mallocs, frees, ooms;
-    uint32_t malloc_med, malloc_p99, malloc_max, free_med, free_p99;
+    uint32_t malloc_med, malloc_p99, malloc_max, free_med, free_p99, free_max;
+    uint64_t malloc_total, free_total; /* ns: the sums of all malloc / free durations */
+    uint64_t thread_cpu_ns, bg_cpu_ns; /* the replay thread's CPU time; everyone else's */
     double wall_s;
     backend_result_t br;
 } result_t;
@@ -130,6 +153,8 @@ static int replay(const trace_t *t, backend_t *b, const options_t *o, result_t *
     int last_pct = -1, rc = 0, tty = !o->quiet && isatty(2);
     uint64_t peak_live_iv = 0, peak_dev_iv = 0;
     uint64_t t0 = timing_now_ns();
+    uint64_t proc0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID), thr0 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+    uint64_t proc1, thr1;
 
     memset(r, 0, sizeof *r);
     if (ptr == NULL || mt == NULL || ft == NULL) {
@@ -191,15 +216,26 @@ static int replay(const trace_t *t, backend_t *b, const options_t *o, result_t *
     if (tty)
         progress(t->nops, t->nops, &last_pct);
     r->wall_s = (double)(timing_now_ns() - t0) / 1e9;
+    thr1 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+    proc1 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
+    r->thread_cpu_ns = thr1 - thr0;
+    /* The process clock includes this thread: what is left is the other threads'. */
+    r->bg_cpu_ns = proc1 - proc0 > r->thread_cpu_ns ? proc1 - proc0 - r->thread_cpu_ns : 0;
     backend_finish(b, &r->br);
     /* Blocks the trace never freed: give them back (untimed). */
     for (size_t s = 0; s < t->nslots; s++)
         if (ptr[s] != NULL)
             backend_free(b, ptr[s], 0, 0);
-    r->malloc_max = r->mallocs ? mt[0] : 0;
-    for (size_t i = 0; i < r->mallocs; i++)
+    for (size_t i = 0; i < r->mallocs; i++) {
+        r->malloc_total += mt[i];
         if (mt[i] > r->malloc_max)
             r->malloc_max = mt[i];
+    }
+    for (size_t i = 0; i < r->frees; i++) {
+        r->free_total += ft[i];
+        if (ft[i] > r->free_max)
+            r->free_max = ft[i];
+    }
     r->malloc_med = timing_quantile_u32(mt, r->mallocs, 0.5);
     r->malloc_p99 = timing_quantile_u32(mt, r->mallocs, 0.99);
     r->free_med = timing_quantile_u32(ft, r->frees, 0.5);
@@ -221,6 +257,12 @@ static const char *base_name(const char *path)
 static double footprint(const trace_t *t, const result_t *r)
 {
     return (double)r->br.peak_device / (double)t->peak_live;
+}
+
+/* Pages remapped per page (created, or held at the peak); 0 for no pages. */
+static double remaps_per(uint64_t remapped, uint64_t pages)
+{
+    return pages ? (double)remapped / (double)pages : 0.0;
 }
 
 static void print_json(const options_t *o, const trace_t *t, const backend_t *b, const result_t *r,
@@ -245,6 +287,11 @@ static void print_json(const options_t *o, const trace_t *t, const backend_t *b,
            "\"wall_s\": %.3f, \"ooms\": %zu",
            r->malloc_med, r->free_med, r->malloc_med + r->free_med, r->malloc_p99, r->free_p99,
            r->malloc_max, timer, r->wall_s, r->ooms);
+    printf(", \"malloc_ns_total\": %llu, \"free_ns_total\": %llu, \"alloc_ms_total\": %.3f, "
+           "\"free_ns_max\": %u, \"replay_cpu_ms\": %.3f, \"background_cpu_ms\": %.3f",
+           (unsigned long long)r->malloc_total, (unsigned long long)r->free_total,
+           (double)(r->malloc_total + r->free_total) / 1e6, r->free_max,
+           (double)r->thread_cpu_ns / 1e6, (double)r->bg_cpu_ns / 1e6);
     if (hv)
         printf(", \"defrag_count\": %llu, \"pages_remapped\": %llu, \"pages_created\": %llu, "
                "\"grows\": %llu, \"page_size\": %zu",
@@ -252,6 +299,23 @@ static void print_json(const options_t *o, const trace_t *t, const backend_t *b,
                (unsigned long long)v->pages_created, (unsigned long long)v->grows, v->page_size);
     else
         printf(", \"defrag_count\": null, \"pages_remapped\": null");
+    if (hv)
+        printf(", \"remaps_per_page\": %.3f, \"remaps_per_peak_page\": %.3f",
+               remaps_per(v->pages_remapped, v->pages_created),
+               remaps_per(v->pages_remapped, v->peak_mapped_bytes / v->page_size));
+    if (r->br.have_driver_stats) {
+        const vpmm_driver_stats_t *d = &r->br.driver;
+        printf(", \"driver_calls\": %llu, \"driver_ms\": %.3f, \"driver\": {",
+               (unsigned long long)d->calls, (double)d->ns / 1e6);
+        for (int k = 0; k < VPMM_DRIVER_CALL_COUNT; k++)
+            printf("%s\"%s\": {\"calls\": %llu, \"ns\": %llu, \"failures\": %llu}", k ? ", " : "",
+                   vpmm_driver_call_name((vpmm_driver_call_t)k),
+                   (unsigned long long)d->call[k].calls, (unsigned long long)d->call[k].ns,
+                   (unsigned long long)d->call[k].failures);
+        printf("}");
+    } else {
+        printf(", \"driver\": null");
+    }
     printf("}\n");
 }
 
@@ -270,10 +334,16 @@ static void print_table(const options_t *o, const trace_t *t, const backend_t *b
                r->ooms, r->mallocs);
     printf("  %-22s %u ns (p99 %u, max %u)\n", "malloc median", r->malloc_med, r->malloc_p99,
            r->malloc_max);
-    printf("  %-22s %u ns (p99 %u)\n", "free median", r->free_med, r->free_p99);
+    printf("  %-22s %u ns (p99 %u, max %u)\n", "free median", r->free_med, r->free_p99,
+           r->free_max);
     printf("  %-22s %u ns (timer cost %u ns included)\n", "malloc+free median",
            r->malloc_med + r->free_med, timer);
+    printf("  %-22s %.3f ms (malloc %.3f, free %.3f)\n", "allocator time total",
+           (double)(r->malloc_total + r->free_total) / 1e6, (double)r->malloc_total / 1e6,
+           (double)r->free_total / 1e6);
     printf("  %-22s %.3f s\n", "wall time", r->wall_s);
+    printf("  %-22s %.3f ms replay thread, %.3f ms background (other threads)\n", "CPU time",
+           (double)r->thread_cpu_ns / 1e6, (double)r->bg_cpu_ns / 1e6);
     if (r->br.have_vpmm_stats) {
         const vpmm_stats_t *v = &r->br.vpmm;
         printf("  %-22s %llu defrags, %llu pages remapped, %llu created (page %zu KiB), %llu "
@@ -281,6 +351,25 @@ static void print_table(const options_t *o, const trace_t *t, const backend_t *b
                "vpmm", (unsigned long long)v->defrags, (unsigned long long)v->pages_remapped,
                (unsigned long long)v->pages_created, v->page_size >> 10,
                (unsigned long long)v->grows);
+        printf("  %-22s %.2f per page created, %.2f per page held at the peak\n", "remaps",
+               remaps_per(v->pages_remapped, v->pages_created),
+               remaps_per(v->pages_remapped, v->peak_mapped_bytes / v->page_size));
+    }
+    if (r->br.have_driver_stats) {
+        const vpmm_driver_stats_t *d = &r->br.driver;
+        printf("  %-22s %llu calls, %.3f ms\n", "driver calls", (unsigned long long)d->calls,
+               (double)d->ns / 1e6);
+        for (int k = 0; k < VPMM_DRIVER_CALL_COUNT; k++) {
+            const vpmm_driver_call_stats_t *c = &d->call[k];
+            if (c->calls == 0)
+                continue;
+            printf("    %-20s %10llu calls %12.3f ms %10.0f ns/call",
+                   vpmm_driver_call_name((vpmm_driver_call_t)k), (unsigned long long)c->calls,
+                   (double)c->ns / 1e6, (double)c->ns / (double)c->calls);
+            if (c->failures)
+                printf(" (%llu failed)", (unsigned long long)c->failures);
+            printf("\n");
+        }
     }
 }
 
@@ -306,7 +395,10 @@ int main(int argc, char **argv)
         cli_output_close(&svg, 0);
         return EXIT_USAGE;
     }
-    if (backend_open(o.backend, t.nstreams, t.stream_ids, o.verify, &b, err, sizeof err) != 0) {
+    if (backend_open(o.backend, t.nstreams, t.stream_ids,
+                     (o.verify ? BACKEND_VERIFY : 0) |
+                         (o.no_driver_stats ? 0 : BACKEND_DRIVER_STATS),
+                     &b, err, sizeof err) != 0) {
         fprintf(stderr, "vpmm-replay: backend %s: %s\n", o.backend, err);
         trace_free(&t);
         cli_output_close(&svg, 0);

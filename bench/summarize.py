@@ -61,6 +61,22 @@ def main():
         ratio = f"{median(ap) / median(vp):.1f}x" if ap else "—"
         print(f"| {t} | {rng(vp)} | {rng(ap) if ap else '—'} | {rng(mp) if mp else '—'} | {ratio} |")
 
+    if any("alloc_ms_total" in r for r in replays):
+        # Issue 13: the sum of all malloc + free durations, the tail, and vpmm's driver time.
+        print("\n## Total allocator time: sum of all malloc + free durations (ms); malloc p99 / max (µs)\n")
+        print("| trace | vpmm (cuda) | vpmm driver | cudaMallocAsync | cudaMalloc | vpmm malloc p99 / max |")
+        print("|---|---|---|---|---|---|")
+        for t in traces:
+            def tot(k):
+                v = [r["alloc_ms_total"] for r in by.get((t, k), []) if "alloc_ms_total" in r]
+                return rng(v, "{:.1f}") if v else "—"
+            v = [r for r in by.get((t, "cuda"), []) if "alloc_ms_total" in r]
+            drv = [r["driver_ms"] for r in v if r.get("driver_ms") is not None]
+            tail = (f"{median(r['malloc_ns_p99'] for r in v) / 1e3:.1f} / "
+                    f"{median(r['malloc_ns_max'] for r in v) / 1e3:.0f}") if v else "—"
+            print(f"| {t} | {tot('cuda')} | {rng(drv, '{:.1f}') if drv else '—'} | {tot('async')} | "
+                  f"{tot('malloc')} | {tail} |")
+
     cache = [r for r in replays if r["run"].startswith("cache")]
     if cache:
         print("\n## The exact-size cache's cap (host backend): footprint and malloc+free median (ns)\n")
