@@ -3,15 +3,16 @@
  * baseline and reports footprint (peak device memory / peak live bytes) and per-call latency.
  *
  *   vpmm-replay [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--svg FILE]
- *               [--verify] [--no-driver-stats] [--quiet] [--version] TRACE
+ *               [--verify] [--driver-stats] [--quiet] [--version] TRACE
  *
  * The --svg file is created before anything else, so a bad path fails at once; the trace is then
  * loaded and validated (bad lines are reported with their number, a truncated .gz as truncated),
  * so the replay loop only indexes arrays; each malloc and free is timed alone with the TSC
  * (timing.h; the timer's own cost is reported as timer_ns, not subtracted). Where the time goes
  * (issue 13): the sum of all malloc and of all free durations (the total allocator time), their
- * p99 and max; for vpmm its driver calls by kind (count and time, vpmm_driver_stats: on unless
- * --no-driver-stats, which spares each driver call two clock reads), defragmentations, remaps per
+ * p99 and max; for vpmm its driver calls by kind (count and time, vpmm_driver_stats: with
+ * --driver-stats, off by default so that the latency figures do not pay its two clock reads per
+ * driver call), defragmentations, remaps per
  * page; and the background CPU time: the process's CPU time during the replay minus the replay
  * thread's own (CLOCK_PROCESS_CPUTIME_ID - CLOCK_THREAD_CPUTIME_ID), so that work another thread
  * does for the allocator (a driver's or a future worker's) is reported, never hidden. Without
@@ -41,26 +42,28 @@ enum { EXIT_USAGE = 1, EXIT_BACKEND = 2, EXIT_ERROR = 3, EXIT_OOM = 4 };
 
 typedef struct options {
     const char *backend, *trace, *svg;
-    int json, verify, quiet, no_driver_stats;
+    int json, verify, quiet, driver_stats;
 } options_t;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: vpmm-replay [--backend NAME] [--json] [--svg FILE] [--verify] [--quiet] TRACE\n"
-            "  --backend  %s (default: cuda; host = vpmm's emulation, no GPU)\n"
-            "  --json     print one JSON object on stdout instead of the table\n"
-            "  --svg FILE write a memory timeline (live, device, free; VA holes in a panel of\n"
-            "             their own); FILE is created before the replay starts\n"
-            "  --verify   write a pattern into every allocation, check it before the free\n"
-            "  --no-driver-stats  vpmm: do not count and time its driver calls (spares two clock\n"
-            "             reads per driver call; the driver table of the report is then empty)\n"
-            "  --quiet    no progress bar\n"
-            "  --version  print the version and exit\n"
-            "TRACE: a trace file (docs/TRACE_FORMAT.md), gzip or plain, or - for stdin\n"
-            "Exit status: 0 ok, 1 bad usage, trace or output file, 2 backend unavailable,\n"
-            "3 allocator error, 4 mallocs failed (out of memory; no footprint is reported).\n",
-            backend_names());
+    fprintf(
+        f,
+        "usage: vpmm-replay [--backend NAME] [--json] [--svg FILE] [--verify] [--driver-stats]\n"
+        "                   [--quiet] TRACE\n"
+        "  --backend  %s (default: cuda; host = vpmm's emulation, no GPU)\n"
+        "  --json     print one JSON object on stdout instead of the table\n"
+        "  --svg FILE write a memory timeline (live, device, free; VA holes in a panel of\n"
+        "             their own); FILE is created before the replay starts\n"
+        "  --verify   write a pattern into every allocation, check it before the free\n"
+        "  --driver-stats  vpmm: count and time its driver calls by kind (two clock reads\n"
+        "             per driver call: off by default, so that latencies do not pay them)\n"
+        "  --quiet    no progress bar\n"
+        "  --version  print the version and exit\n"
+        "TRACE: a trace file (docs/TRACE_FORMAT.md), gzip or plain, or - for stdin\n"
+        "Exit status: 0 ok, 1 bad usage, trace or output file, 2 backend unavailable,\n"
+        "3 allocator error, 4 mallocs failed (out of memory; no footprint is reported).\n",
+        backend_names());
 }
 
 static void parse_args(int argc, char **argv, options_t *o)
@@ -71,7 +74,7 @@ static void parse_args(int argc, char **argv, options_t *o)
         { "svg", required_argument, NULL, 's' },
         { "verify", no_argument, NULL, 'v' },
         { "quiet", no_argument, NULL, 'q' },
-        { "no-driver-stats", no_argument, NULL, 'D' },
+        { "driver-stats", no_argument, NULL, 'D' },
         CLI_COMMON_OPTIONS,
         { NULL, 0, NULL, 0 },
     };
@@ -95,7 +98,7 @@ static void parse_args(int argc, char **argv, options_t *o)
             o->quiet = 1;
             break;
         case 'D':
-            o->no_driver_stats = 1;
+            o->driver_stats = 1;
             break;
         default:
             cli_other_option(TOOL, c, usage);
@@ -396,8 +399,7 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (backend_open(o.backend, t.nstreams, t.stream_ids,
-                     (o.verify ? BACKEND_VERIFY : 0) |
-                         (o.no_driver_stats ? 0 : BACKEND_DRIVER_STATS),
+                     (o.verify ? BACKEND_VERIFY : 0) | (o.driver_stats ? BACKEND_DRIVER_STATS : 0),
                      &b, err, sizeof err) != 0) {
         fprintf(stderr, "vpmm-replay: backend %s: %s\n", o.backend, err);
         trace_free(&t);

@@ -38,6 +38,8 @@ for t in bench/traces/*.trace.gz; do
   emit host "$(replay_json --backend host "$t")"
   if [ $gpu = 1 ]; then
     for r in $(seq "$reps"); do emit "cuda#$r" "$(replay_json --backend cuda "$t")"; done
+    # Where vpmm's time goes (driver calls by kind): a run of its own, as counting costs clock reads.
+    emit cuda-driver "$(replay_json --backend cuda --driver-stats "$t")"
     for r in 1 2; do emit "async#$r" "$(replay_json --backend cudaMallocAsync "$t")"; done
     emit malloc "$(replay_json --backend cudaMalloc "$t")"
   fi

@@ -71,7 +71,10 @@ def main():
                 v = [r["alloc_ms_total"] for r in by.get((t, k), []) if "alloc_ms_total" in r]
                 return rng(v, "{:.1f}") if v else "—"
             v = [r for r in by.get((t, "cuda"), []) if "alloc_ms_total" in r]
-            drv = [r["driver_ms"] for r in v if r.get("driver_ms") is not None]
+            # driver time from the counted run (run_all.sh's "cuda-driver": counting costs clock
+            # reads, so the timed runs above go without it)
+            drv = [r["driver_ms"] for r in by.get((t, "cuda-driver"), []) + v
+                   if r.get("driver_ms") is not None]
             tail = (f"{median(r['malloc_ns_p99'] for r in v) / 1e3:.1f} / "
                     f"{median(r['malloc_ns_max'] for r in v) / 1e3:.0f}") if v else "—"
             print(f"| {t} | {tot('cuda')} | {rng(drv, '{:.1f}') if drv else '—'} | {tot('async')} | "

@@ -193,7 +193,7 @@ class BenchTools(unittest.TestCase):
     def test_where_the_time_goes(self):
         # A trace that grows: 40 blocks of 4 MiB, every other one freed (issue 13's measures).
         trace = self.write("grow.trace", trace_text(n=40))
-        r = self.replay("--json", trace)
+        r = self.replay("--json", "--driver-stats", trace)
         self.assertEqual(r.returncode, 0, r.stderr)
         j = json.loads(r.stdout)
         for key in ("malloc_ns_total", "free_ns_total", "alloc_ms_total", "malloc_ns_max",
@@ -218,11 +218,11 @@ class BenchTools(unittest.TestCase):
         self.assertEqual(d["mem_create"]["calls"], j["pages_created"])
         self.assertEqual(sum(k["calls"] for k in d.values()), j["driver_calls"])
         self.assertEqual(d["capture_info"]["calls"], 0)  # the legacy stream is never queried
-        # The table says the same; --no-driver-stats leaves the driver out.
-        r = self.replay(trace)
+        # The table says the same; without --driver-stats the driver is left out.
+        r = self.replay("--driver-stats", trace)
         self.assertIn("allocator time total", r.stdout)
         self.assertIn("mem_map", r.stdout)
-        r = self.replay("--json", "--no-driver-stats", trace)
+        r = self.replay("--json", trace)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIsNone(json.loads(r.stdout)["driver"])
 
