@@ -1023,8 +1023,10 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest anywhere[] = {
         cmocka_unit_test(test_device_count_without_crash),
-        cmocka_unit_test(test_load_error_explains_no_device), cmocka_unit_test(test_open_null_out),
-        cmocka_unit_test(test_open_current_device),        cmocka_unit_test(test_open_out_of_range),
+        cmocka_unit_test(test_load_error_explains_no_device),
+        cmocka_unit_test(test_open_null_out),
+        cmocka_unit_test(test_open_current_device),
+        cmocka_unit_test(test_open_out_of_range),
         cmocka_unit_test(test_driver_presence_consistent),
     };
     const struct CMUnitTest gpu[] = {
