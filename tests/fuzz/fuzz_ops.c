@@ -1558,31 +1558,58 @@ static int op_free(fz_t *z)
     return 1;
 }
 
-/* Frees an arbitrary address; the tracked set says what must happen. */
-static int free_any(fz_t *z, uintptr_t a, int foreign)
+/* A call on a pointer that the tracked set says is bad or reused: vpmm_free or
+ * vpmm_record_stream (on the record slot's stream); a live pointer goes to live (a valid call). */
+typedef struct ptr_op {
+    const char *name;
+    void (*live)(fz_t *z, size_t i);
+    vpmm_status_t (*call)(fz_t *z, void *p);
+} ptr_op_t;
+
+/* Calls op on an arbitrary address; the tracked set says what must happen: bad pointers get
+ * vpmm_free's statuses and change nothing. */
+static int ptr_any(fz_t *z, uintptr_t a, int foreign, const ptr_op_t *op)
 {
     ptrdiff_t i;
     snap_t before;
     vpmm_status_t st;
+    char what[64];
 
     if (a == 0)
         return 0;
     i = foreign ? -1 : live_find(z, a);
     if (i >= 0) {
-        free_live(z, (size_t)i); /* it was freed, then reused: a valid free */
+        op->live(z, (size_t)i); /* it was freed, then reused: a valid call */
         return 1;
     }
     snap_take(z, &before);
-    st = vpmm_free(z->pool, (void *)a);
-    if (foreign)
-        expect_status(z, "vpmm_free(foreign)", st, S(VPMM_ERROR_FOREIGN_POINTER), 1);
-    else if (live_containing(z, a) >= 0)
-        expect_status(z, "vpmm_free(interior)", st, S(VPMM_ERROR_INTERIOR_POINTER), 1);
-    else
-        expect_status(z, "vpmm_free(not allocated)", st,
-                      S(VPMM_ERROR_DOUBLE_FREE) | S(VPMM_ERROR_FOREIGN_POINTER), 1);
-    snap_same(z, &before, "vpmm_free(bad pointer)");
+    st = op->call(z, (void *)a);
+    if (foreign) {
+        snprintf(what, sizeof what, "%s(foreign)", op->name);
+        expect_status(z, what, st, S(VPMM_ERROR_FOREIGN_POINTER), 1);
+    } else if (live_containing(z, a) >= 0) {
+        snprintf(what, sizeof what, "%s(interior)", op->name);
+        expect_status(z, what, st, S(VPMM_ERROR_INTERIOR_POINTER), 1);
+    } else {
+        snprintf(what, sizeof what, "%s(not allocated)", op->name);
+        expect_status(z, what, st, S(VPMM_ERROR_DOUBLE_FREE) | S(VPMM_ERROR_FOREIGN_POINTER), 1);
+    }
+    snprintf(what, sizeof what, "%s(bad pointer)", op->name);
+    snap_same(z, &before, what);
     return 1;
+}
+
+static vpmm_status_t call_free(fz_t *z, void *p)
+{
+    return vpmm_free(z->pool, p);
+}
+
+static const ptr_op_t FREE_OP = { "vpmm_free", free_live, call_free };
+
+/* Frees an arbitrary address. */
+static int free_any(fz_t *z, uintptr_t a, int foreign)
+{
+    return ptr_any(z, a, foreign, &FREE_OP);
 }
 
 typedef int (*target_fn)(fz_t *z, uintptr_t a, int foreign);
@@ -1670,32 +1697,16 @@ static void record_live(fz_t *z, size_t i)
         fprintf(stderr, "    %p is used by %s too\n", (void *)l->p, ident_name(id));
 }
 
-/* vpmm_record_stream of an arbitrary address; the tracked set says what must happen (as for
- * vpmm_free: bad pointers get its statuses and change nothing). */
+static vpmm_status_t call_record(fz_t *z, void *p)
+{
+    return vpmm_record_stream(z->pool, p, slot_handle(z, z->rec_slot));
+}
+
+/* vpmm_record_stream of an arbitrary address, on the record slot's stream. */
 static int record_any(fz_t *z, uintptr_t a, int foreign)
 {
-    ptrdiff_t i;
-    snap_t before;
-    vpmm_status_t st;
-
-    if (a == 0)
-        return 0;
-    i = foreign ? -1 : live_find(z, a);
-    if (i >= 0) {
-        record_live(z, (size_t)i); /* it was freed, then reused: a valid record */
-        return 1;
-    }
-    snap_take(z, &before);
-    st = vpmm_record_stream(z->pool, (void *)a, slot_handle(z, z->rec_slot));
-    if (foreign)
-        expect_status(z, "vpmm_record_stream(foreign)", st, S(VPMM_ERROR_FOREIGN_POINTER), 1);
-    else if (live_containing(z, a) >= 0)
-        expect_status(z, "vpmm_record_stream(interior)", st, S(VPMM_ERROR_INTERIOR_POINTER), 1);
-    else
-        expect_status(z, "vpmm_record_stream(not allocated)", st,
-                      S(VPMM_ERROR_DOUBLE_FREE) | S(VPMM_ERROR_FOREIGN_POINTER), 1);
-    snap_same(z, &before, "vpmm_record_stream(bad pointer)");
-    return 1;
+    static const ptr_op_t op = { "vpmm_record_stream", record_live, call_record };
+    return ptr_any(z, a, foreign, &op);
 }
 
 static int op_record_stream(fz_t *z)
