@@ -1,7 +1,10 @@
 /*
  * backends.c — the allocators of backends.h. vpmm is used only through include/vpmm.h; the
- * baselines through the CUDA runtime (linked statically, so the program starts without a driver
- * and reports "no CUDA device" when a GPU backend is asked for).
+ * baselines through the CUDA runtime (linked statically, or in a vpmm-replay with the PyTorch
+ * anchors PyTorch's shared runtime, backend_torch.cpp says why: either way the program starts
+ * without a driver and reports "no CUDA device" when a GPU backend is asked for); the PyTorch
+ * anchors through backend_torch.h, compiled in only with VPMM_BENCH_HAVE_TORCH (vpmm-replay where
+ * PyTorch is found; elsewhere asking for them is refused as an unavailable backend).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +13,14 @@
 #include <cuda_runtime_api.h>
 
 #include "backends.h"
+#ifdef VPMM_BENCH_HAVE_TORCH
+#include "backend_torch.h"
+#define TORCH_NAMES ", torch, torch-expandable"
+#else
+#define TORCH_NAMES ""
+#endif
 
-typedef enum kind { K_VPMM, K_ASYNC, K_MALLOC } kind_t;
+typedef enum kind { K_VPMM, K_ASYNC, K_MALLOC, K_TORCH } kind_t;
 
 struct backend {
     kind_t kind;
@@ -22,7 +31,8 @@ struct backend {
     int own_streams; /* CUDA streams we created (indices with a non-zero trace id) */
     int verify;
     cudaMemPool_t mempool;
-    size_t free0, min_free; /* cudaMalloc's accounting */
+    struct torch_backend *torch; /* K_TORCH: PyTorch's caching allocator (backend_torch.h) */
+    size_t free0, min_free;      /* cudaMalloc's accounting */
     uint64_t live;
     char err[256];
 };
@@ -32,7 +42,7 @@ static char host_tokens[64];
 
 const char *backend_names(void)
 {
-    return "host, cuda, cudaMallocAsync, cudaMalloc";
+    return "host, cuda, cudaMallocAsync, cudaMalloc" TORCH_NAMES;
 }
 
 const char *backend_default(void)
@@ -67,6 +77,14 @@ static int cuda_device_ready(char *err, size_t errlen)
     }
     return 0;
 }
+
+#ifdef VPMM_BENCH_HAVE_TORCH
+/* backend_torch.h's statuses are backends.h's, as plain ints for its C++ side. */
+static backend_rc_t torch_rc(int rc)
+{
+    return rc == 0 ? BACKEND_OK : rc == 1 ? BACKEND_OOM : BACKEND_ERROR;
+}
+#endif
 
 static int make_streams(backend_t *b, const uint64_t *ids, int cuda)
 {
@@ -149,6 +167,30 @@ int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, 
             snprintf(err, errlen, "%s setup: %s", name, cudaGetErrorString(e));
             goto fail;
         }
+    } else if (strcmp(name, "torch") == 0 || strcmp(name, "torch-expandable") == 0) {
+#ifdef VPMM_BENCH_HAVE_TORCH
+        cudaError_t e;
+        cuda = 1;
+        b->kind = K_TORCH;
+        b->name = name;
+        if (cuda_device_ready(err, errlen) != 0)
+            goto fail;
+        /* The context first, as for cudaMalloc: the first timed malloc must not create it. */
+        e = cudaFree(NULL);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "%s setup: %s", name, cudaGetErrorString(e));
+            goto fail;
+        }
+        if (torch_backend_open(strcmp(name, "torch-expandable") == 0, &b->torch, err, errlen) != 0)
+            goto fail;
+        b->name = torch_backend_name(b->torch);
+#else
+        snprintf(err, errlen,
+                 "built without PyTorch (the anchors torch and torch-expandable are compiled into "
+                 "vpmm-replay where VPMM_PYTHON, python3 by default, imports torch when CMake "
+                 "configures the build: bench/CMakeLists.txt)");
+        goto fail;
+#endif
     } else {
         snprintf(err, errlen, "unknown backend '%s' (expected %s)", name, backend_names());
         goto fail;
@@ -188,6 +230,12 @@ backend_rc_t backend_malloc(backend_t *b, size_t size, size_t stream, void **out
         cuda_fail(b, "cudaMalloc", e);
         return e == cudaErrorMemoryAllocation ? BACKEND_OOM : BACKEND_ERROR;
     }
+    case K_TORCH:
+#ifdef VPMM_BENCH_HAVE_TORCH
+        return torch_rc(torch_backend_malloc(b->torch, size, (void *)b->streams[stream], out,
+                                             b->err, sizeof b->err));
+#endif
+        break;
     }
     return BACKEND_ERROR;
 }
@@ -211,6 +259,11 @@ backend_rc_t backend_free(backend_t *b, void *p, size_t size, size_t stream)
         cudaError_t e = cudaFree(p);
         return e == cudaSuccess ? BACKEND_OK : (cuda_fail(b, "cudaFree", e), BACKEND_ERROR);
     }
+    case K_TORCH:
+#ifdef VPMM_BENCH_HAVE_TORCH
+        return torch_rc(torch_backend_free(b->torch, p, b->err, sizeof b->err));
+#endif
+        break;
     }
     return BACKEND_ERROR;
 }
@@ -309,6 +362,10 @@ void backend_sample(backend_t *b, backend_sample_t *out)
         uint64_t reserved = 0;
         cudaMemPoolGetAttribute(b->mempool, cudaMemPoolAttrReservedMemCurrent, &reserved);
         out->device = reserved;
+    } else if (b->kind == K_TORCH) {
+#ifdef VPMM_BENCH_HAVE_TORCH
+        torch_backend_sample(b->torch, &out->live, &out->device);
+#endif
     } else {
         size_t fr, total;
         if (cudaMemGetInfo(&fr, &total) == cudaSuccess)
@@ -344,6 +401,10 @@ void backend_finish(backend_t *b, backend_result_t *out)
         uint64_t high = 0;
         cudaMemPoolGetAttribute(b->mempool, cudaMemPoolAttrReservedMemHigh, &high);
         out->peak_device = high;
+    } else if (b->kind == K_TORCH) {
+#ifdef VPMM_BENCH_HAVE_TORCH
+        out->peak_device = torch_backend_peak_reserved(b->torch);
+#endif
     } else {
         out->peak_device = b->free0 - b->min_free;
     }
@@ -359,6 +420,9 @@ void backend_close(backend_t *b)
         cudaDeviceSynchronize();
         cudaMemPoolTrimTo(b->mempool, 0);
     }
+#ifdef VPMM_BENCH_HAVE_TORCH
+    torch_backend_close(b->torch); /* before the streams its blocks were allocated on */
+#endif
     if (b->own_streams)
         for (size_t i = 0; i < b->nstreams; i++)
             if (b->streams[i] != NULL)

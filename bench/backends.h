@@ -5,11 +5,16 @@
  *   cuda             vpmm on the CUDA backend
  *   cudaMallocAsync  the CUDA default memory pool, release threshold at max (nothing given back)
  *   cudaMalloc       plain cudaMalloc / cudaFree
+ *   torch            PyTorch's CUDA caching allocator, its defaults ("torch/native")
+ *   torch-expandable the same with expandable segments ("torch/expandable")
  *
- * Each reports the peak device memory it held, by its own accounting: vpmm its peak mapped bytes
- * (every page, small allocations included — nothing is bypassed); cudaMallocAsync the pool's
- * reserved-memory high-water mark; cudaMalloc the largest drop of cudaMemGetInfo's free memory,
- * sampled after every allocation outside the timed region. Not thread-safe.
+ * The two PyTorch anchors (backend_torch.cpp: raw_alloc_with_stream / raw_delete) exist only in a
+ * vpmm-replay built where PyTorch is found; elsewhere backend_open refuses them, saying so. Each
+ * backend reports the peak device memory it held, by its own accounting: vpmm its peak mapped
+ * bytes (every page, small allocations included — nothing is bypassed); cudaMallocAsync the pool's
+ * reserved-memory high-water mark; PyTorch's allocator its reserved bytes' high-water mark
+ * (max_memory_reserved); cudaMalloc the largest drop of cudaMemGetInfo's free memory, sampled
+ * after every allocation outside the timed region. Not thread-safe.
  */
 #ifndef VPMM_BENCH_BACKENDS_H
 #define VPMM_BENCH_BACKENDS_H
@@ -45,7 +50,8 @@ enum {
     BACKEND_DRIVER_STATS = 2, /* vpmm: count and time its driver calls (config.driver_stats) */
 };
 
-/* Known names, for messages: "host, cuda, cudaMallocAsync, cudaMalloc". */
+/* Known names, for messages: "host, cuda, cudaMallocAsync, cudaMalloc", then "torch,
+ * torch-expandable" where they are built in. */
 const char *backend_names(void);
 
 /* The tools' default: "cuda", as the library's (the host emulation only when asked for). */
@@ -60,7 +66,7 @@ const char *backend_default(void);
 int backend_open(const char *name, size_t nstreams, const uint64_t *stream_ids, int flags,
                  backend_t **out, char *err, size_t errlen);
 
-/* The backend's display name ("vpmm/host", "cudaMallocAsync", ...). */
+/* The backend's display name ("vpmm/host", "cudaMallocAsync", "torch/native", ...). */
 const char *backend_name(const backend_t *b);
 
 /* The timed calls. malloc fills *out or returns BACKEND_OOM / BACKEND_ERROR. */

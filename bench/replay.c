@@ -2,9 +2,11 @@
  * replay.c — vpmm-replay: replays an allocation trace (docs/TRACE_FORMAT.md) against vpmm or a
  * baseline and reports footprint (peak device memory / peak live bytes) and per-call latency.
  *
- *   vpmm-replay [--backend host|cuda|cudaMallocAsync|cudaMalloc] [--json] [--svg FILE]
- *               [--verify] [--driver-stats] [--quiet] [--version] TRACE
+ *   vpmm-replay [--backend host|cuda|cudaMallocAsync|cudaMalloc|torch|torch-expandable] [--json]
+ *               [--svg FILE] [--verify] [--driver-stats] [--quiet] [--version] TRACE
  *
+ * torch and torch-expandable, PyTorch's caching allocator (backends.h), are built in where PyTorch
+ * is found; without them, asking for one is "backend unavailable" (exit 2), as a missing GPU is.
  * The --svg file is created before anything else, so a bad path fails at once; the trace is then
  * loaded and validated (bad lines are reported with their number, a truncated .gz as truncated),
  * so the replay loop only indexes arrays; each malloc and free is timed alone with the TSC

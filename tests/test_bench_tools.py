@@ -7,7 +7,8 @@
 `we"ird` or `a<b&c` leaves the JSON and the SVG well-formed; a truncated .gz and a negative size
 are refused with a clear message and exit 1; a bad --svg path fails before the trace is even read,
 and a failed run leaves no SVG behind; a replay whose mallocs failed (VPMM_MAX_BYTES) exits 4 and
-reports no footprint; VPMM_VERBOSE under a cap prints ten reports, not hundreds; the replay
+reports no footprint; VPMM_VERBOSE under a cap prints ten reports, not hundreds; without PyTorch,
+the anchors torch and torch-expandable are refused as unavailable (exit 2, saying why); the replay
 reports where the time goes (totals, p99, max, driver calls by kind, background CPU) and the
 numbers agree with each other; the timeline has
 labelled x-axis ticks and the VA holes in a panel of their own; numbers are checked.
@@ -82,6 +83,17 @@ class BenchTools(unittest.TestCase):
             r = run(tool, "--no-such-option")
             self.assertEqual(r.returncode, 1)
             self.assertIn("usage:", r.stderr)
+
+    def test_torch_anchors_unavailable_without_pytorch(self):
+        # Built where PyTorch was found, --help lists them and they run (or find no GPU here):
+        # the GPU machine's runs check those. Without, asking is "backend unavailable", said so.
+        if "torch-expandable" in run("replay", "--help").stdout:
+            self.skipTest("vpmm-replay has the PyTorch anchors")
+        for name in ("torch", "torch-expandable"):
+            r = run("replay", "--backend", name, "--quiet", self.write("t.trace", trace_text()))
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"backend {name}: built without PyTorch", r.stderr)
+            self.assertEqual(r.stdout, "")
 
     def test_names_escaped_in_json_and_svg(self):
         for name in ('we"ird.trace', "a<b&c.trace", "tab\there 'q' \\.trace"):
