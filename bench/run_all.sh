@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # run_all.sh — every figure in bench/RESULTS.md, in one run (on the device machine for the GPU
 # rows; the host rows run anywhere). Builds build-bench/ (Release), then writes JSON lines to
-# $OUT/bench.jsonl (default ./bench-out/) and prints the summary tables last.
+# $OUT/bench.jsonl (default ./bench-out/) and prints the summary tables last. Where vpmm-replay
+# was built with PyTorch (VPMM_PYTHON, default python3, imports torch) and runs its `torch`
+# backend, every trace also gets the PyTorch anchors, two runs each: torch#r (PyTorch's caching
+# allocator) and torchx#r (the same with expandable segments), in the same run as vpmm.
 #
 #   bash bench/run_all.sh            # everything the machine can do
 #   REPS=5 bash bench/run_all.sh     # more repetitions of the timed vpmm/cuda replays
+#   VPMM_PYTHON=/opt/torch/.venv/bin/python bash bench/run_all.sh   # the PyTorch of that Python
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench-out}
@@ -13,7 +17,8 @@ log="$out/bench.jsonl"
 : >"$log"
 reps=${REPS:-3}
 
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DVPMM_BUILD_TESTS=OFF >"$out/configure.log" 2>&1 &&
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DVPMM_BUILD_TESTS=OFF \
+  ${VPMM_PYTHON:+-DVPMM_PYTHON="$VPMM_PYTHON"} >"$out/configure.log" 2>&1 &&
   cmake --build build-bench -j"$(nproc)" --target vpmm-replay vpmm-growth vpmm-checkpoint \
     >"$out/build.log" 2>&1 ||
   { tail -n 30 "$out/build.log"; exit 1; }
@@ -21,6 +26,14 @@ replay=build-bench/bin/vpmm-replay
 growth=build-bench/bin/vpmm-growth
 gpu=0
 if "$replay" --backend cuda --json bench/traces/synthetic_scattered.trace.gz >/dev/null 2>&1; then gpu=1; fi
+torch=0
+if [ $gpu = 1 ]; then
+  if why=$("$replay" --backend torch --json bench/traces/synthetic_scattered.trace.gz 2>&1 >/dev/null); then
+    torch=1
+  else
+    echo "run_all.sh: no PyTorch anchors: ${why##*$'\n'}" >&2
+  fi
+fi
 
 emit() { # emit TAG JSON...
   local tag=$1; shift
@@ -42,6 +55,10 @@ for t in bench/traces/*.trace.gz; do
     emit cuda-driver "$(replay_json --backend cuda --driver-stats "$t")"
     for r in 1 2; do emit "async#$r" "$(replay_json --backend cudaMallocAsync "$t")"; done
     emit malloc "$(replay_json --backend cudaMalloc "$t")"
+    if [ $torch = 1 ]; then
+      for r in 1 2; do emit "torch#$r" "$(replay_json --backend torch "$t")"; done
+      for r in 1 2; do emit "torchx#$r" "$(replay_json --backend torch-expandable "$t")"; done
+    fi
   fi
 done
 # The exact-size cache's cap: footprint against hot path (host backend, deterministic footprint).

@@ -3,6 +3,10 @@
 
 For timed rows the median over repetitions of each run's medians is shown, with the range. A replay
 whose mallocs failed (vpmm-replay exit 4: "footprint" is null) has no footprint: its cell says so.
+The PyTorch anchors (run tags torch#r and torchx#r: vpmm-replay --backend torch and
+torch-expandable, PyTorch's caching allocator measured in the same run with the same timer) get
+their own columns, and a table of their own with the ratios of vpmm's total allocator time to
+theirs, only where the file has them: files without them give the tables they always gave.
 """
 import json
 import sys
@@ -28,6 +32,46 @@ def rng(vals, fmt="{:.0f}"):
     return fmt.format(m) if len(vals) == 1 else f"{fmt.format(m)} ({fmt.format(vals[0])}–{fmt.format(vals[-1])})"
 
 
+# The PyTorch anchors' run tags (run_all.sh) and column names, in their order.
+TORCH = (("torch", "PyTorch native"), ("torchx", "PyTorch expandable"))
+
+
+def totals(by, t, k):
+    """The total allocator times (ms) of a trace's runs of one kind."""
+    return [r["alloc_ms_total"] for r in by.get((t, k), []) if "alloc_ms_total" in r]
+
+
+def anchors(by, traces, torch):
+    """vpmm against PyTorch's caching allocator: every backend's total, tails and footprint, then
+    vpmm's total allocator time over each anchor's (below 1: vpmm spends less)."""
+    kinds = (("cuda", "vpmm (cuda)"), ("async", "cudaMallocAsync"), ("malloc", "cudaMalloc")) + tuple(torch)
+    print("\n## Against PyTorch's caching allocator: total allocator time (ms), p99 / max (µs), footprint\n")
+    print("| trace | backend | malloc+free total | malloc p99 / max | free p99 / max | footprint |")
+    print("|---|---|---|---|---|---|")
+    for t in traces:
+        for k, name in kinds:
+            rs = by.get((t, k))
+            if not rs:
+                continue
+            tot = totals(by, t, k)
+            def tail(field):
+                if not all(f"{field}_ns_p99" in r and f"{field}_ns_max" in r for r in rs):
+                    return "—"
+                return (f"{median(r[f'{field}_ns_p99'] for r in rs) / 1e3:.1f} / "
+                        f"{median(r[f'{field}_ns_max'] for r in rs) / 1e3:.0f}")
+            print(f"| {t} | {name} | {rng(tot, '{:.1f}') if tot else '—'} | {tail('malloc')} | "
+                  f"{tail('free')} | {footprint(rs[0])} |")
+    print("\n| trace |" + "".join(f" vpmm total / {name} total |" for _, name in torch))
+    print("|---|" + "---|" * len(torch))
+    for t in traces:
+        v = totals(by, t, "cuda")
+        cells = []
+        for k, _ in torch:
+            a = totals(by, t, k)
+            cells.append(f"{median(v) / median(a):.2f}" if v and a and median(a) > 0 else "—")
+        print(f"| {t} | " + " | ".join(cells) + " |")
+
+
 def main():
     rows = load(sys.argv[1])
     replays = [r for r in rows if "trace" in r]
@@ -36,21 +80,27 @@ def main():
         kind = r["run"].split("#")[0]
         by[(r["trace"].replace(".trace.gz", ""), kind)].append(r)
     traces = sorted({t for t, _ in by}, key=lambda t: (t.startswith("synthetic"), t))
+    # Columns of the anchors only where some trace has them (old files: the old tables).
+    torch = [(k, name) for k, name in TORCH if any(by.get((t, k)) for t in traces)]
+    th = "".join(f" {name} |" for _, name in torch)
+    tsep = "---|" * len(torch)
 
     print("\n## Footprint (peak device memory / peak live bytes)\n")
-    print("| trace | peak live | vpmm (host) | vpmm (cuda) | cudaMallocAsync | cudaMalloc |")
-    print("|---|---|---|---|---|---|")
+    print("| trace | peak live | vpmm (host) | vpmm (cuda) | cudaMallocAsync | cudaMalloc |" + th)
+    print("|---|---|---|---|---|---|" + tsep)
     for t in traces:
         cells = []
-        for k in ("host", "cuda", "async", "malloc"):
+        for k in ("host", "cuda", "async", "malloc") + tuple(k for k, _ in torch):
             rs = by.get((t, k))
             cells.append(footprint(rs[0]) if rs else "—")
-        live = by[(t, "host")][0]["peak_live_bytes"] / 1e9
+        # peak live is the trace's own: any replay of it says the same
+        live = next(rs for (tt, _), rs in by.items() if tt == t and rs)[0]["peak_live_bytes"] / 1e9
         print(f"| {t} | {live:.3f} GB | " + " | ".join(cells) + " |")
 
     print("\n## Hot path: median malloc + median free (ns), H100 host\n")
-    print("| trace | vpmm (cuda) | cudaMallocAsync | cudaMalloc | vpmm speed-up vs cudaMallocAsync |")
-    print("|---|---|---|---|---|")
+    print("| trace | vpmm (cuda) | cudaMallocAsync | cudaMalloc |" + th +
+          " vpmm speed-up vs cudaMallocAsync |")
+    print("|---|---|---|---|" + tsep + "---|")
     for t in traces:
         v, a, m = by.get((t, "cuda")), by.get((t, "async")), by.get((t, "malloc"))
         if not v:
@@ -59,16 +109,19 @@ def main():
         ap = [r["pair_ns_median"] for r in a] if a else []
         mp = [r["pair_ns_median"] for r in m] if m else []
         ratio = f"{median(ap) / median(vp):.1f}x" if ap else "—"
-        print(f"| {t} | {rng(vp)} | {rng(ap) if ap else '—'} | {rng(mp) if mp else '—'} | {ratio} |")
+        tc = "".join(f" {rng([r['pair_ns_median'] for r in by[(t, k)]]) if by.get((t, k)) else '—'} |"
+                     for k, _ in torch)
+        print(f"| {t} | {rng(vp)} | {rng(ap) if ap else '—'} | {rng(mp) if mp else '—'} |{tc} {ratio} |")
 
     if any("alloc_ms_total" in r for r in replays):
         # Issue 13: the sum of all malloc + free durations, the tail, and vpmm's driver time.
         print("\n## Total allocator time: sum of all malloc + free durations (ms); malloc p99 / max (µs)\n")
-        print("| trace | vpmm (cuda) | vpmm driver | cudaMallocAsync | cudaMalloc | vpmm malloc p99 / max |")
-        print("|---|---|---|---|---|---|")
+        print("| trace | vpmm (cuda) | vpmm driver | cudaMallocAsync | cudaMalloc |" + th +
+              " vpmm malloc p99 / max |")
+        print("|---|---|---|---|---|" + tsep + "---|")
         for t in traces:
             def tot(k):
-                v = [r["alloc_ms_total"] for r in by.get((t, k), []) if "alloc_ms_total" in r]
+                v = totals(by, t, k)
                 return rng(v, "{:.1f}") if v else "—"
             v = [r for r in by.get((t, "cuda"), []) if "alloc_ms_total" in r]
             # driver time from the counted run (run_all.sh's "cuda-driver": counting costs clock
@@ -77,8 +130,12 @@ def main():
                    if r.get("driver_ms") is not None]
             tail = (f"{median(r['malloc_ns_p99'] for r in v) / 1e3:.1f} / "
                     f"{median(r['malloc_ns_max'] for r in v) / 1e3:.0f}") if v else "—"
+            tc = "".join(f" {tot(k)} |" for k, _ in torch)
             print(f"| {t} | {tot('cuda')} | {rng(drv, '{:.1f}') if drv else '—'} | {tot('async')} | "
-                  f"{tot('malloc')} | {tail} |")
+                  f"{tot('malloc')} |{tc} {tail} |")
+
+    if torch:
+        anchors(by, traces, torch)
 
     cache = [r for r in replays if r["run"].startswith("cache")]
     if cache:
