@@ -305,9 +305,11 @@ static void print_json(const options_t *o, const trace_t *t, const backend_t *b,
     else
         printf(", \"defrag_count\": null, \"pages_remapped\": null");
     if (hv)
-        printf(", \"remaps_per_page\": %.3f, \"remaps_per_peak_page\": %.3f",
+        printf(", \"remaps_per_page\": %.3f, \"remaps_per_peak_page\": %.3f, \"worker\": %d, "
+               "\"worker_unmaps\": %llu, \"worker_cpu_ms\": %.3f",
                remaps_per(v->pages_remapped, v->pages_created),
-               remaps_per(v->pages_remapped, v->peak_mapped_bytes / v->page_size));
+               remaps_per(v->pages_remapped, v->peak_mapped_bytes / v->page_size), v->worker,
+               (unsigned long long)v->worker_unmaps, (double)v->worker_cpu_ns / 1e6);
     if (r->br.have_driver_stats) {
         const vpmm_driver_stats_t *d = &r->br.driver;
         printf(", \"driver_calls\": %llu, \"driver_ms\": %.3f, \"driver\": {",
@@ -359,6 +361,12 @@ static void print_table(const options_t *o, const trace_t *t, const backend_t *b
         printf("  %-22s %.2f per page created, %.2f per page held at the peak\n", "remaps",
                remaps_per(v->pages_remapped, v->pages_created),
                remaps_per(v->pages_remapped, v->peak_mapped_bytes / v->page_size));
+        if (v->worker)
+            printf("  %-22s %llu unmaps, %.3f ms CPU (its whole life, the pool's end included)\n",
+                   "background worker", (unsigned long long)v->worker_unmaps,
+                   (double)v->worker_cpu_ns / 1e6);
+        else
+            printf("  %-22s off (VPMM_WORKER=0, or the host emulation)\n", "background worker");
     }
     if (r->br.have_driver_stats) {
         const vpmm_driver_stats_t *d = &r->br.driver;

@@ -152,6 +152,12 @@ typedef struct vpmm_config {
     int driver_stats; /* VPMM_DRIVER_STATS; -1 (default) = 0; 1 = count every driver call
                         and time it, by kind (vpmm_driver_stats): two clock reads per
                         driver call; 0 = the pool calls its backend directly (no cost) */
+    int worker;       /* VPMM_WORKER; -1 (default) = 0; 1 = a background thread per pool unmaps the
+                        old addresses of remapped pages (zombies) as soon as the GPU is done with
+                        them, so that mallocs find fewer to unmap (its CPU time:
+                        vpmm_stats_t.worker_cpu_ns); 0 = the next slow-path malloc unmaps them.
+                        Off by default: on an H100 the driver runs one VMM call at a time, so the
+                        worker helps only where the caller leaves gaps (bench/RESULTS.md) */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */
@@ -190,6 +196,11 @@ typedef struct vpmm_stats {
                                     how scattered the free memory is (a free span that large is
                                     served without remapping) */
     size_t max_bytes;            /* the cap on mapped_bytes (VPMM_MAX_BYTES); 0 = none */
+    int worker;                  /* 1: a background worker unmaps zombies (VPMM_WORKER) */
+    uint64_t worker_unmaps;      /* zombie mappings it unmapped (each would have cost a malloc
+                                    one cuMemUnmap) */
+    uint64_t worker_cpu_ns;      /* CPU time its thread used, as of its last pass: work moved
+                                    off the callers' path, still paid for */
 } vpmm_stats_t;
 
 /* A graph pool's statistics (vpmm_graph_pool_stats); its share of the pool's vpmm_stats_t. */

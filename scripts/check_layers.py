@@ -64,7 +64,7 @@ SUBLAYERS = {
     "src/core": [
         ("pool.c",),  # the entry points: create, destroy, malloc's shared part, free
         # whole-pool passes: trim, stats, the OOM report, the validator, the sweep of every stream
-        ("trim.c", "stats.c", "report.c", "check.c", "stream_sweep.c"),
+        ("trim.c", "stats.c", "report.c", "check.c", "stream_sweep.c", "worker.c"),
         ("arena.c",),  # arenas: a graph pool's allocation and free, zombie revival
         ("defrag.c", "policy.c"),  # growth: the plan (policy.c) and its execution (defrag.c)
         ("uses.c", "stream.c"),  # streams: keys, markers, polls; cross-stream uses

@@ -570,6 +570,35 @@ static void test_cap_and_verbose(void **state)
     assert_error_mentions("config.verbose=2");
 }
 
+/* VPMM_WORKER and config.worker: off unless asked, with either backend; the config wins over the
+ * environment; anything but -1, 0 or 1 is refused. */
+static void test_worker_option(void **state)
+{
+    vpmm_config_t c;
+    vpmm_options_t o;
+    (void)state;
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.backend, VPMM_BACKEND_CUDA);
+    assert_int_equal(o.worker, 0);
+    vpmm_config_init(&c);
+    c.backend = VPMM_BACKEND_HOST;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.worker, 0);
+    set_env("VPMM_WORKER", "1");
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.worker, 1);
+    c.worker = 0;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.worker, 0);
+    set_env("VPMM_WORKER", "2");
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_WORKER");
+    tenv_unset_all();
+    c.worker = 2;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("config.worker=2");
+}
+
 /* VPMM_DEFAULT_STREAM and config.default_stream: what stream 0 names; the config wins. */
 static void test_default_stream(void **state)
 {
@@ -647,7 +676,7 @@ static void test_env_names_table(void **state)
             set_here[i] = 1;
         }
     }
-    assert_int_equal(knobs, 11);
+    assert_int_equal(knobs, 12);
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
     for (size_t i = 0; i < vpmm_i_env_var_count; i++)
         if (set_here[i])
@@ -1345,6 +1374,7 @@ int main(void)
         ENV_TEST(test_resolve_other_names_ignored),
         ENV_TEST(test_resolve_unknown_long_name),
         ENV_TEST(test_cap_and_verbose),
+        ENV_TEST(test_worker_option),
         ENV_TEST(test_default_stream),
         ENV_TEST(test_resolve_bad_config),
         ENV_TEST(test_resolve_bad_config_before_bad_env),

@@ -120,6 +120,9 @@ static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s
         else
             check_uses(r, refs, k);
     }
+    if (r->busy && (r->state != VPMM_REGION_ZOMBIE || p->worker == NULL))
+        fail(k, "I12: region 0x%" PRIxPTR " is busy but %s", r->addr,
+             p->worker == NULL ? "the pool has no worker" : "not a zombie");
     if (r->state == VPMM_REGION_FREE && r->uses != NULL) {
         /* Deferred (uses.c): in the deferred list only, its own stream referenced. */
         s->free += r->size;

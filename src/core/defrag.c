@@ -14,8 +14,9 @@
  *    before:  [F free][ hole ...............]   ...  [R free: a b c d]
  *    after:   [F free|new|a'|b'|c'|d'][ hole ]  ...  [R|zombie a b c d]
  *
- * Zombies are unmapped in phase 0 of a later malloc, once the marker of the stream that last used
- * the memory has completed; their VA becomes hole again. A graph pool's growth (plan->arena
+ * Zombies are unmapped once the marker of the stream that last used the memory has completed:
+ * by the pool's background worker (worker.c: the unmaps off every malloc's path), or without one
+ * in phase 0 of a later malloc; their VA becomes hole again. A graph pool's growth (plan->arena
  * private) runs the same code with a plan that harvests only ready shared pages: no marker, no
  * wait, so it is safe during a capture. Called under the pool lock.
  */
@@ -35,30 +36,44 @@ static void zombie_to_hole(vpmm_pool_t *p, vpmm_region_t *z, size_t done)
     vpmm_i_region_coalesce(p, z);
 }
 
-/* Unmaps the zombies whose marker completed (polling their streams when `poll`, else only those
- * known complete); stops at the first driver failure. */
-static void reclaim(vpmm_pool_t *p, int poll)
+int vpmm_i_zombie_due(vpmm_pool_t *p, vpmm_region_t *z, int poll)
+{
+    if (z->busy || vpmm_i_arena_of(z)->pinned)
+        return 0; /* the worker is unmapping it; or a graph may still use this address */
+    if (z->stream == NULL || vpmm_i_stream_done(z->stream, z->seq))
+        return 1;
+    if (!poll)
+        return 0;
+    vpmm_i_stream_poll(p, z->stream);
+    return vpmm_i_stream_done(z->stream, z->seq);
+}
+
+void vpmm_i_zombie_unmapped(vpmm_pool_t *p, vpmm_region_t *z, size_t done)
 {
     const size_t pg = p->page_size;
+    for (size_t off = 0; off < done;) {
+        vpmm_phys_t *ph = vpmm_i_phys_at(p, z->addr + off);
+        for (size_t o = 0; o < ph->size; o += pg)
+            vpmm_hmap_remove(&p->maps, z->addr + off + o);
+        ph->zombie_maps--;
+        off += ph->size;
+    }
+    if (done > 0)
+        zombie_to_hole(p, z, done); /* z is not to be used after this */
+}
+
+/* Unmaps the zombies that are due (polling their streams when `poll`, else only those known
+ * complete); stops at the first driver failure. */
+static void reclaim(vpmm_pool_t *p, int poll)
+{
     vpmm_region_t *z = p->zombie_head;
     while (z) {
         vpmm_region_t *next = z->qnext;
         const size_t size = z->size;
         size_t done = 0;
-        if (vpmm_i_arena_of(z)->pinned) {
-            z = next; /* a graph may still use this address: kept until the arena is unpinned */
+        if (!vpmm_i_zombie_due(p, z, poll)) {
+            z = next;
             continue;
-        }
-        if (z->stream && !vpmm_i_stream_done(z->stream, z->seq)) {
-            if (!poll) {
-                z = next;
-                continue;
-            }
-            vpmm_i_stream_poll(p, z->stream);
-            if (!vpmm_i_stream_done(z->stream, z->seq)) {
-                z = next;
-                continue;
-            }
         }
         if (vpmm_i_region_reserve(p, 1) != VPMM_SUCCESS)
             return;
@@ -68,13 +83,9 @@ static void reclaim(vpmm_pool_t *p, int poll)
             vpmm_phys_t *ph = vpmm_i_phys_at(p, va);
             if (vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, va, ph->size)) != VPMM_SUCCESS)
                 break;
-            for (size_t off = 0; off < ph->size; off += pg)
-                vpmm_hmap_remove(&p->maps, va + off);
-            ph->zombie_maps--;
             done += ph->size;
         }
-        if (done > 0)
-            zombie_to_hole(p, z, done); /* z is not to be used after this */
+        vpmm_i_zombie_unmapped(p, z, done); /* z is not to be used after this */
         if (done < size)
             return; /* a driver failure: try again on a later slow path */
         z = next;

@@ -28,6 +28,7 @@ vpmm_status_t vpmm_config_init(vpmm_config_t *config)
     config->cache_percent = -1;
     config->verbose = -1;
     config->driver_stats = -1;
+    config->worker = -1;
     config->default_stream = VPMM_DEFAULT_STREAM_UNSET;
     return VPMM_SUCCESS;
 }
@@ -226,6 +227,7 @@ const vpmm_env_var_t vpmm_i_env_vars[] = {
     { "VPMM_TRACE_FILE", NULL },
     { "VPMM_DEFAULT_STREAM", NULL },
     { "VPMM_DRIVER_STATS", NULL },
+    { "VPMM_WORKER", NULL },
     { "VPMM_TORCH_ENABLE", "integrations/pytorch/autoenable/sitecustomize.py" },
     { "VPMM_TORCH_BACKEND", "integrations/pytorch/vpmm/torch.py" },
     { "VPMM_TORCH_LIB", "samples/pytorch/train_and_graph.py" },
@@ -334,11 +336,12 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_config_t defaults;
     vpmm_options_t o;
     size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0, env_cache = 0;
-    size_t env_max = 0, env_verbose = 0, env_dstats = 0;
+    size_t env_max = 0, env_verbose = 0, env_dstats = 0, env_worker = 0;
     vpmm_option_source_t page_src = VPMM_FROM_DEFAULT, va_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT, max_src = VPMM_FROM_DEFAULT;
-    vpmm_option_source_t verbose_src = VPMM_FROM_DEFAULT, dstats_src = VPMM_FROM_DEFAULT;
+    vpmm_option_source_t verbose_src = VPMM_FROM_DEFAULT, dstats_src = VPMM_FROM_DEFAULT,
+                         worker_src = VPMM_FROM_DEFAULT;
     vpmm_backend_t env_back = VPMM_BACKEND_CUDA; /* the default backend */
     vpmm_default_stream_t env_default = VPMM_DEFAULT_STREAM_UNSET;
 
@@ -364,6 +367,10 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     if (config->driver_stats < -1 || config->driver_stats > 1) {
         vpmm_i_set_error("config.driver_stats=%d: expected -1 (default), 0 or 1",
                          config->driver_stats);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
+    if (config->worker < -1 || config->worker > 1) {
+        vpmm_i_set_error("config.worker=%d: expected -1 (default), 0 or 1", config->worker);
         return VPMM_ERROR_INVALID_CONFIG;
     }
     if ((unsigned)config->default_stream > (unsigned)VPMM_DEFAULT_STREAM_PER_THREAD) {
@@ -396,6 +403,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
             env_number("VPMM_VERBOSE", &env_verbose, &verbose_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(
             env_number("VPMM_DRIVER_STATS", &env_dstats, &dstats_src, 1, 0, 1, "expected 0 or 1"));
+        VPMM_CHECK(env_number("VPMM_WORKER", &env_worker, &worker_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_default_stream(&env_default));
         if (getenv("VPMM_TRACE_FILE") != NULL && getenv("VPMM_TRACE_FILE")[0] == '\0') {
             vpmm_i_set_error("VPMM_TRACE_FILE='': expected a file name");
@@ -433,6 +441,10 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     o.max_bytes_src = config->max_bytes ? VPMM_FROM_CONFIG : max_src;
     o.verbose = config->verbose >= 0 ? config->verbose : (int)env_verbose;
     o.driver_stats = config->driver_stats >= 0 ? config->driver_stats : (int)env_dstats;
+    /* The background worker (worker.c): off unless asked. Measured on an H100, it did not lower
+     * the replays' allocator time: the driver runs one VMM call at a time across threads, so its
+     * unmaps wait for (and delay) the caller's maps (bench/RESULTS.md, "The background worker"). */
+    o.worker = config->worker >= 0 ? config->worker : (int)env_worker;
     if (config->trace_file != NULL) {
         o.trace_file = config->trace_file;
         o.trace_file_src = VPMM_FROM_CONFIG;

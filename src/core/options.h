@@ -35,6 +35,7 @@ typedef struct vpmm_options {
     size_t max_bytes; /* 0: no cap; else a whole number of pages once finished */
     int verbose;
     int driver_stats;       /* wrap the backend in the counting decorator (api/create.c) */
+    int worker;             /* a background thread unmaps zombies (worker.c) */
     int per_thread_default; /* stream 0 is the calling thread's per-thread stream (stream.c) */
     const char *trace_file; /* NULL: no recording (record.c); valid during vpmm_pool_create */
     vpmm_option_source_t page_size_src, va_size_src, prealloc_src, max_bytes_src, trace_file_src;

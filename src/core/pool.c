@@ -9,7 +9,7 @@
  *       hash operations, no tree, no driver call but one capture-status query; else best fit
  *       among memory the stream can use without waiting (its own frees, ready memory);
  *    0  (slow path from here) flush every stream's cache and retry 1a; unmap zombies whose GPU
- *       work is done;
+ *       work is done (or, with the background worker, wake it: worker.c unmaps them);
  *   1b  poll other streams' markers (recording one where frees are unmarked), retry 1a;
  *   1c  best fit among other streams' pending memory, with a GPU-side wait;
  *    2  defragment / grow: map pages into a hole (policy.c decides, defrag.c executes).
@@ -172,6 +172,13 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
         VPMM_CHECK_GOTO(st, preallocate(p, p->opt.prealloc_pages), fail_teardown);
     VPMM_CHECK_GOTO(st, vpmm_i_record_open(p), fail_teardown);
     p->opt.trace_file = NULL; /* the string may not outlive the call */
+    if (p->opt.worker) {
+        st = vpmm_i_worker_start(p);
+        if (st != VPMM_SUCCESS) {
+            vpmm_i_record_close(p);
+            goto fail_teardown;
+        }
+    }
     *out = p;
     return VPMM_SUCCESS;
 
@@ -205,6 +212,12 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
     if (st != VPMM_SUCCESS) {
         vpmm_i_unlock(pool);
         return st;
+    }
+    if (pool->worker != NULL) {
+        /* Its pass takes the pool lock: stop it without holding it. */
+        vpmm_i_unlock(pool);
+        vpmm_i_worker_stop(pool);
+        vpmm_i_lock(pool);
     }
     vpmm_i_oom_summary(pool);
     st = pool_teardown(pool);
@@ -247,7 +260,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
         *out = r;
         return VPMM_SUCCESS;
     }
-    vpmm_i_reclaim_zombies(p, 1);
+    vpmm_i_reclaim_zombies(p, 1); /* what the worker has not taken yet (it skips busy ones) */
     vpmm_i_stream_poll_all(p, s);
     r = vpmm_i_fit_nowait(p, s, rsize);
     if (r != NULL) {
@@ -294,6 +307,8 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
             st = vpmm_i_defrag(p, s, &plan, pre, out);
         vpmm_i_plan_fini(&plan);
     }
+    if (p->worker != NULL && p->zombie_head != NULL)
+        vpmm_i_worker_kick(p); /* this defragmentation's zombies */
     return st;
 }
 

@@ -57,6 +57,8 @@
  *      the region's own); a deferred region is FREE, not ready, not cached, has its own stream,
  *      sits in the deferred list (and no tree), and each gate's seq <= its stream's recorded;
  *      a stream's refs count its uses too.
+ *  I12 Worker: only ZOMBIE regions are busy, and only in a pool with a background worker (a busy
+ *      zombie's mappings are being unmapped without the pool lock: I3 still lists them).
  */
 #ifndef VPMM_POOL_H
 #define VPMM_POOL_H
@@ -88,6 +90,7 @@ typedef struct vpmm_region vpmm_region_t;
 typedef struct vpmm_strm vpmm_strm_t;
 typedef struct vpmm_phys vpmm_phys_t;
 typedef struct vpmm_arena vpmm_arena_t;
+typedef struct vpmm_worker vpmm_worker_t; /* worker.c */
 
 /* The seq of a private pending region reusable by its stream only until the capture into its
  * arena ends (then it becomes ready). */
@@ -124,6 +127,8 @@ struct vpmm_region {
     vpmm_region_state_t state;
     int ready;                    /* FREE only: in the pool's ready tree */
     int cached;                   /* FREE only: in its stream's exact-size cache (cache.c) */
+    int busy;                     /* ZOMBIE only: the worker is unmapping it without the pool
+                                     lock (worker.c); nobody else touches it meanwhile */
     vpmm_rb_node_t node;          /* FREE: ready tree, stream free_tree or side tree; HOLE: holes
                                      tree */
     vpmm_region_t *qprev, *qnext; /* pending FREE: stream pending list; cached FREE: its cache
@@ -254,6 +259,9 @@ struct vpmm_pool {
     char oom_report[1536];      /* the last out-of-memory report (report.c) */
     unsigned oom_printed;       /* reports VPMM_VERBOSE printed in full (report.c) */
     uint64_t oom_unprinted;     /* later reports, only counted */
+    vpmm_worker_t *worker;      /* the background worker (worker.c), or NULL (opt.worker off) */
+    uint64_t worker_unmaps;     /* zombie mappings it unmapped */
+    uint64_t worker_cpu_ns;     /* its thread's CPU time, as of its last pass */
     vpmm_counters_t c;
     int drv_code; /* last failed driver call */
     const char *drv_call;
@@ -649,6 +657,13 @@ void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole
  * go back (vpmm_i_chunk_trim). With poll = 0 it queries no event (safe during a capture): only
  * zombies already known complete go. */
 void vpmm_i_reclaim_zombies(vpmm_pool_t *p, int poll);
+/* Whether zombie z may be unmapped now: not busy (the worker's), its arena not pinned, its marker
+ * complete (polled when `poll`). */
+int vpmm_i_zombie_due(vpmm_pool_t *p, vpmm_region_t *z, int poll);
+/* The books after the first `done` bytes of zombie z (whole handles) were unmapped: their
+ * mappings forgotten, that prefix a hole (z is not to be used afterwards; the rest stays zombie).
+ */
+void vpmm_i_zombie_unmapped(vpmm_pool_t *p, vpmm_region_t *z, size_t done);
 /* Phase 2: executes a plan, transactionally; *out_span is a FREE region of s with >= size bytes.
  * New handles come from pre first (may be NULL). When the device refuses the new pages and the
  * plan asked for more than the request needs (a burst's extra, or handles larger than a page),
@@ -656,6 +671,20 @@ void vpmm_i_reclaim_zombies(vpmm_pool_t *p, int poll);
  * refused growth ends the shared arena's allocation burst. */
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
                             vpmm_precreated_t *pre, vpmm_region_t **out_span);
+
+/* ---- the background worker (worker.c) ----------------------------------------------------- */
+
+/* Starts the pool's worker thread (pool creation, when opt.worker). */
+vpmm_status_t vpmm_i_worker_start(vpmm_pool_t *p);
+/* Stops and joins it (NULL-safe); the caller must not hold the pool lock. */
+void vpmm_i_worker_stop(vpmm_pool_t *p);
+/* Wakes it: zombies appeared (p->worker != NULL; under the pool lock or not). */
+void vpmm_i_worker_kick(vpmm_pool_t *p);
+/* Holds it (no pass starts; one running finishes first) or lets it go again (tests). */
+void vpmm_i_worker_hold(vpmm_pool_t *p, int hold);
+/* Waits until it has made a whole pass after this call (tests; without the pool lock). Zombies
+ * that still wait for the GPU then are left for later passes. */
+void vpmm_i_worker_drain(vpmm_pool_t *p);
 
 /* ---- arenas (arena.c) ---------------------------------------------------------------------- */
 

@@ -56,6 +56,9 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
         .private_live_bytes = private_live,
         .largest_free_bytes = vpmm_i_largest_free(pool, NULL),
         .max_bytes = pool->opt.max_bytes,
+        .worker = pool->worker != NULL,
+        .worker_unmaps = pool->worker_unmaps,
+        .worker_cpu_ns = pool->worker_cpu_ns,
     };
     out->utilization = c->mapped_bytes ? (double)c->live_bytes / (double)c->mapped_bytes : 1.0;
     out->fragmentation =

@@ -8,7 +8,8 @@
 #   2. build-tsan: VPMM_SANITIZE=thread, and the tests that exercise threads: test_threads (8
 #      threads sharing one pool; VPMM_THREADS_OPS operations, fewer than its default: TSan is
 #      ~10x slower), test_lock (the futex pool lock), test_stream (per-thread streams: several
-#      threads behind one handle) and test_driver_host_thread (the host backend's per-thread
+#      threads behind one handle), test_worker (the pool's background worker unmapping while
+#      threads malloc and free) and test_driver_host_thread (the host backend's per-thread
 #      streams, driven by concurrent threads).
 # Needs nothing beyond the plain build's packages: GCC ships the sanitizer runtimes (libasan,
 # libubsan, libtsan come with build-essential's gcc). Prints each stage's time; exits non-zero if
@@ -58,11 +59,11 @@ stage "tsan: configure" \
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=$build_type -DVPMM_SANITIZE=thread \
   -DVPMM_GPU_KERNELS=OFF &&
   stage "tsan: build" cmake --build build-tsan -j"$jobs" --target test_threads test_lock \
-    test_stream test_driver_host_thread &&
-  stage "tsan: ctest (threads, lock, streams)" \
+    test_stream test_driver_host_thread test_worker &&
+  stage "tsan: ctest (threads, lock, streams, worker)" \
     env VPMM_THREADS_OPS="$tsan_ops" \
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
-    -R '^(test_threads|test_lock|test_stream|test_driver_host_thread)$' || true
+    -R '^(test_threads|test_lock|test_stream|test_driver_host_thread|test_worker)$' || true
 
 if [ ${#failed[@]} -eq 0 ]; then
   echo "run_ci.sh: all clean. Times (VPMM_THREADS_OPS=$tsan_ops under TSan):"

@@ -1,0 +1,295 @@
+/*
+ * drivercost.c — vpmm-drivercost: what the CUDA VMM calls vpmm's pool is built on cost, and how
+ * that cost scales — the measurements behind issue 13's design choices (bench/RESULTS.md, "Where
+ * the time goes").
+ *
+ *   vpmm-drivercost [--version]
+ *
+ * Straight on the driver API (no vpmm, no runtime), device 0's primary context, 2 MiB handles
+ * (the granularity), medians of 7 repetitions:
+ *   1. scaling: k handles (1..256) mapped side by side; cuMemMap per handle; one cuMemSetAccess
+ *      over all k against k calls of one handle each; one cuMemUnmap over all k against k calls;
+ *      the same while the handles are also mapped at a second address (aliasing: a remap);
+ *      cuMemCreate and cuMemRelease per handle; single handles of 8, 32 and 128 MiB.
+ *      Does the cost follow handles, bytes or calls?
+ *   2. threads: map + set-access of 128 handles on this thread, alone and while another thread
+ *      unmaps and maps, creates and releases, or queries an event. Does the driver run two
+ *      threads' VMM calls at once (could a background thread take the unmaps off the path)?
+ * Prints two tables. Exit status 0, 2 without a device (or a driver), 3 on a driver error.
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cli.h"
+
+#define TOOL    "vpmm-drivercost"
+#define REPS    7
+#define NHANDLE 256
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            const char *s_ = "?";                                                                  \
+            cuGetErrorString(r_, &s_);                                                             \
+            fprintf(stderr, TOOL ": %s failed: %s (%d)\n", #call, s_, (int)r_);                    \
+            exit(3);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static CUcontext ctx;
+static CUmemAllocationProp prop;
+static CUmemAccessDesc access_rw;
+static size_t gran;
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return v[n / 2];
+}
+
+static void map_all(CUdeviceptr va, const CUmemGenericAllocationHandle *h, int k)
+{
+    for (int i = 0; i < k; i++)
+        CK(cuMemMap(va + (size_t)i * gran, gran, 0, h[i], 0));
+}
+
+static void unmap_each(CUdeviceptr va, int k)
+{
+    for (int i = 0; i < k; i++)
+        CK(cuMemUnmap(va + (size_t)i * gran, gran));
+}
+
+static void scaling(CUdeviceptr va, CUdeviceptr va2, CUmemGenericAllocationHandle *h)
+{
+    static const int ks[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
+    double t0 = now_us();
+    for (int i = 0; i < NHANDLE; i++)
+        CK(cuMemCreate(&h[i], gran, &prop, 0));
+    printf("cuMemCreate: %.2f us per %zu KiB handle\n\n", (now_us() - t0) / NHANDLE, gran >> 10);
+    printf("%5s %9s %14s %14s %14s %14s %14s %14s\n", "k", "map/h", "access 1 call", "access/h",
+           "unmap 1 call", "unmap/h", "alias m+a/h", "alias unmap");
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int k = ks[ki];
+        double m[REPS], a1[REPS], ak[REPS], u1[REPS], uk[REPS], am[REPS], au[REPS], t;
+        for (int r = 0; r < REPS; r++) {
+            t = now_us();
+            map_all(va, h, k);
+            m[r] = (now_us() - t) / k;
+            t = now_us();
+            CK(cuMemSetAccess(va, (size_t)k * gran, &access_rw, 1));
+            a1[r] = now_us() - t;
+            t = now_us(); /* the same handles at a second address: what a remap does */
+            map_all(va2, h, k);
+            CK(cuMemSetAccess(va2, (size_t)k * gran, &access_rw, 1));
+            am[r] = (now_us() - t) / k;
+            t = now_us();
+            CK(cuMemUnmap(va2, (size_t)k * gran)); /* k mappings in one call */
+            au[r] = now_us() - t;
+            t = now_us();
+            CK(cuMemUnmap(va, (size_t)k * gran));
+            u1[r] = now_us() - t;
+            map_all(va, h, k);
+            t = now_us();
+            for (int i = 0; i < k; i++)
+                CK(cuMemSetAccess(va + (size_t)i * gran, gran, &access_rw, 1));
+            ak[r] = (now_us() - t) / k;
+            t = now_us();
+            unmap_each(va, k);
+            uk[r] = (now_us() - t) / k;
+        }
+        printf("%5d %9.2f %14.2f %14.2f %14.2f %14.2f %14.2f %14.2f\n", k, median(m, REPS),
+               median(a1, REPS), median(ak, REPS), median(u1, REPS), median(uk, REPS),
+               median(am, REPS), median(au, REPS));
+    }
+    t0 = now_us();
+    for (int i = 0; i < NHANDLE; i++)
+        CK(cuMemRelease(h[i]));
+    printf("cuMemRelease: %.2f us per handle\n", (now_us() - t0) / NHANDLE);
+    for (size_t mult = 4; mult <= 64; mult *= 4) {
+        CUmemGenericAllocationHandle hb;
+        double c, mm, aa, uu, rr;
+        t0 = now_us();
+        CK(cuMemCreate(&hb, mult * gran, &prop, 0));
+        c = now_us() - t0;
+        t0 = now_us();
+        CK(cuMemMap(va, mult * gran, 0, hb, 0));
+        mm = now_us() - t0;
+        t0 = now_us();
+        CK(cuMemSetAccess(va, mult * gran, &access_rw, 1));
+        aa = now_us() - t0;
+        t0 = now_us();
+        CK(cuMemUnmap(va, mult * gran));
+        uu = now_us() - t0;
+        t0 = now_us();
+        CK(cuMemRelease(hb));
+        rr = now_us() - t0;
+        printf("one %3zu MiB handle: create %.1f, map %.1f, access %.1f, unmap %.1f, release "
+               "%.1f us\n",
+               (mult * gran) >> 20, c, mm, aa, uu, rr);
+    }
+}
+
+/* ---- 2. two threads ---------------------------------------------------------------------- */
+
+enum { NT = 128 };
+enum bg_mode { BG_NONE, BG_REMAP, BG_CREATE, BG_QUERY, BG_MAP_UNMAP, BG_MODES };
+static const char *const BG_NAMES[BG_MODES] = { "alone", "other thread: map+access, unmap",
+                                                "other thread: create, release",
+                                                "other thread: event query",
+                                                "other thread: map, unmap" };
+
+typedef struct bg {
+    enum bg_mode mode;
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle *h;
+    volatile int stop;
+    long ops;
+    double us;
+} bg_t;
+
+static void *background(void *arg)
+{
+    bg_t *b = arg;
+    CUevent ev;
+    double t0;
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventRecord(ev, 0));
+    t0 = now_us();
+    while (!b->stop) {
+        switch (b->mode) {
+        case BG_REMAP:
+        case BG_MAP_UNMAP:
+            for (int i = 0; i < NT && !b->stop; i++) {
+                CK(cuMemMap(b->va + (size_t)i * gran, gran, 0, b->h[i], 0));
+                if (b->mode == BG_REMAP)
+                    CK(cuMemSetAccess(b->va + (size_t)i * gran, gran, &access_rw, 1));
+            }
+            for (int i = 0; i < NT; i++, b->ops++)
+                (void)cuMemUnmap(b->va + (size_t)i * gran, gran); /* those mapped */
+            break;
+        case BG_CREATE: {
+            CUmemGenericAllocationHandle h;
+            CK(cuMemCreate(&h, gran, &prop, 0));
+            CK(cuMemRelease(h));
+            b->ops++;
+            break;
+        }
+        default:
+            (void)cuEventQuery(ev);
+            b->ops++;
+        }
+    }
+    b->us = now_us() - t0;
+    CK(cuEventDestroy(ev));
+    return NULL;
+}
+
+static double foreground_round(CUdeviceptr va, const CUmemGenericAllocationHandle *h)
+{
+    double t = now_us(), per;
+    for (int i = 0; i < NT; i++) {
+        CK(cuMemMap(va + (size_t)i * gran, gran, 0, h[i], 0));
+        CK(cuMemSetAccess(va + (size_t)i * gran, gran, &access_rw, 1));
+    }
+    per = (now_us() - t) / NT;
+    unmap_each(va, NT);
+    return per;
+}
+
+static void threads(CUdeviceptr va, CUdeviceptr vb)
+{
+    CUmemGenericAllocationHandle ha[NT], hb[NT];
+    for (int i = 0; i < NT; i++) {
+        CK(cuMemCreate(&ha[i], gran, &prop, 0));
+        CK(cuMemCreate(&hb[i], gran, &prop, 0));
+    }
+    printf("\n%-34s %22s %26s\n", "map + set-access on this thread", "us per handle (median)",
+           "the other thread's ops");
+    for (int mode = BG_NONE; mode < BG_MODES; mode++) {
+        bg_t b = { (enum bg_mode)mode, vb, hb, 0, 0, 0 };
+        pthread_t th;
+        double s[REPS];
+        if (mode != BG_NONE && pthread_create(&th, NULL, background, &b) != 0) {
+            fprintf(stderr, TOOL ": pthread_create failed\n");
+            exit(3);
+        }
+        for (int r = 0; r < REPS; r++)
+            s[r] = foreground_round(va, ha);
+        b.stop = 1;
+        if (mode != BG_NONE)
+            pthread_join(th, NULL);
+        if (mode == BG_NONE)
+            printf("%-34s %22.2f %26s\n", BG_NAMES[mode], median(s, REPS), "-");
+        else
+            printf("%-34s %22.2f %14ld, %6.1f us each\n", BG_NAMES[mode], median(s, REPS), b.ops,
+                   b.ops ? b.us / (double)b.ops : 0.0);
+    }
+    for (int i = 0; i < NT; i++) {
+        CK(cuMemRelease(ha[i]));
+        CK(cuMemRelease(hb[i]));
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: " TOOL " [--version]\n"
+               "Times the CUDA VMM calls on device 0: how they scale with handles per call and\n"
+               "handle size, and whether two threads' calls overlap. Needs a GPU.\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = { CLI_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+    CUdevice dev;
+    CUdeviceptr va, va2;
+    CUmemGenericAllocationHandle *h;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+        cli_other_option(TOOL, opt, usage);
+    if (optind != argc) {
+        usage(stderr);
+        return 1;
+    }
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS) {
+        fprintf(stderr, TOOL ": no CUDA device\n");
+        return 2;
+    }
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    access_rw.location = prop.location;
+    access_rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    h = malloc(NHANDLE * sizeof *h);
+    if (h == NULL)
+        return 3;
+    CK(cuMemAddressReserve(&va, (size_t)NHANDLE * gran, 0, 0, 0));
+    CK(cuMemAddressReserve(&va2, (size_t)NHANDLE * gran, 0, 0, 0));
+    scaling(va, va2, h);
+    threads(va, va2);
+    CK(cuMemAddressFree(va, (size_t)NHANDLE * gran));
+    CK(cuMemAddressFree(va2, (size_t)NHANDLE * gran));
+    CK(cuDevicePrimaryCtxRelease(dev));
+    free(h);
+    return 0;
+}
