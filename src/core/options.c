@@ -232,6 +232,7 @@ const vpmm_env_var_t vpmm_i_env_vars[] = {
     { "VPMM_TORCH_BACKEND", "integrations/pytorch/vpmm/torch.py" },
     { "VPMM_TORCH_LIB", "samples/pytorch/train_and_graph.py" },
     { "VPMM_SUITE_TIMEOUT", "integrations/pytorch/suite/run.sh" },
+    { "VPMM_PYTHON", "bench/run_all.sh" },
     { "VPMM_TEST_REQUIRE_GPU", "tests/gpu_test_util.c" },
     { "VPMM_TEST_SEED", "tests/test_gpu.c" },
     { "VPMM_TEST_UNDER_VALGRIND", "tests/sanitize/valgrind.sh" },
