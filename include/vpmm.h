@@ -158,6 +158,11 @@ typedef struct vpmm_config {
                         vpmm_stats_t.worker_cpu_ns); 0 = the next slow-path malloc unmaps them.
                         Off by default: on an H100 the driver runs one VMM call at a time, so the
                         worker helps only where the caller leaves gaps (bench/RESULTS.md) */
+    size_t handle_pages; /* VPMM_HANDLE_PAGES; 0 (default) = 1; the most pages one handle of an
+                           ordinary growth holds (1 to 512). The driver's costs are per handle
+                           (an H100: ~40 us to create and grant access, ~45 us to move), but a
+                           handle moves only whole: larger ones make growth and defragmentation
+                           cheaper and the footprint larger (bench/RESULTS.md, "Handle size") */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */

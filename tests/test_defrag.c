@@ -232,6 +232,36 @@ static void test_big_request_big_handles(void **state)
     tpool_close(&t);
 }
 
+/* VPMM_HANDLE_PAGES = 4: a growth of 10 pages creates handles of 4, 4 and 2 pages; once freed,
+ * a later span takes them whole (never part of a handle), and the books match the driver. */
+static void test_handle_pages_cuts_growth(void **state)
+{
+    tpool_params_t prm = { .handle_pages = 4 };
+    tpool_t t;
+    void *a, *k, *b;
+    vpmm_stats_t s;
+    (void)state;
+    tpool_open(&t, &prm);
+    a = tmalloc(t.pool, 10 * PG, NULL);
+    s = tstats(t.pool);
+    assert_int_equal(s.pages_created, 10);
+    assert_int_equal(s.handles_created, 3);
+    assert_int_equal(vpmm_i_phys_at(t.pool, (uintptr_t)a)->size, 4 * PG);
+    assert_int_equal(vpmm_i_phys_at(t.pool, (uintptr_t)a + 8 * PG)->size, 2 * PG);
+    k = tmalloc(t.pool, PG, NULL); /* one handle of one page */
+    assert_int_equal(tstats(t.pool).handles_created, 4);
+    tfree(t.pool, a);
+    b = tmalloc(t.pool, 12 * PG, NULL); /* a's 10 pages move whole (3 handles), 2 are new */
+    s = tstats(t.pool);
+    assert_int_equal(s.pages_remapped, 10);
+    assert_int_equal(s.pages_created, 13);
+    assert_int_equal(s.handles_created, 5);
+    assert_driver_matches_pool(&t);
+    tfree(t.pool, b);
+    tfree(t.pool, k);
+    tpool_close(&t);
+}
+
 /*
  * A homogeneous burst (same-size growths, no free in between) grows geometrically: 4096 mallocs of
  * 2 MiB create a few dozen handles, not 4096, and hold at most a quarter more than asked.
@@ -399,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_new_chunk_undone),
         cmocka_unit_test(test_span_is_one_region_of_caller),
         cmocka_unit_test(test_big_request_big_handles),
+        cmocka_unit_test(test_handle_pages_cuts_growth),
         cmocka_unit_test(test_burst_grows_geometrically),
         cmocka_unit_test(test_free_ends_burst),
         cmocka_unit_test(test_burst_fills_the_device),

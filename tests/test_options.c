@@ -599,6 +599,32 @@ static void test_worker_option(void **state)
     assert_error_mentions("config.worker=2");
 }
 
+/* VPMM_HANDLE_PAGES and config.handle_pages: 1 by default, 1 to 512, the config wins. */
+static void test_handle_pages_option(void **state)
+{
+    vpmm_config_t c;
+    vpmm_options_t o;
+    (void)state;
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.handle_pages, 1);
+    set_env("VPMM_HANDLE_PAGES", "8");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.handle_pages, 8);
+    vpmm_config_init(&c);
+    c.handle_pages = 4;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.handle_pages, 4);
+    set_env("VPMM_HANDLE_PAGES", "0");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_HANDLE_PAGES");
+    set_env("VPMM_HANDLE_PAGES", "513");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    tenv_unset_all();
+    c.handle_pages = 513;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("config.handle_pages=513");
+}
+
 /* VPMM_DEFAULT_STREAM and config.default_stream: what stream 0 names; the config wins. */
 static void test_default_stream(void **state)
 {
@@ -676,7 +702,7 @@ static void test_env_names_table(void **state)
             set_here[i] = 1;
         }
     }
-    assert_int_equal(knobs, 12);
+    assert_int_equal(knobs, 13);
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
     for (size_t i = 0; i < vpmm_i_env_var_count; i++)
         if (set_here[i])
@@ -1375,6 +1401,7 @@ int main(void)
         ENV_TEST(test_resolve_unknown_long_name),
         ENV_TEST(test_cap_and_verbose),
         ENV_TEST(test_worker_option),
+        ENV_TEST(test_handle_pages_option),
         ENV_TEST(test_default_stream),
         ENV_TEST(test_resolve_bad_config),
         ENV_TEST(test_resolve_bad_config_before_bad_env),

@@ -47,7 +47,8 @@ typedef struct tpool_params {
     size_t va_limit;        /* the host backend's address space: 0 = unlimited */
     const char *trace_file; /* VPMM_TRACE_FILE: NULL = none */
     int driver_stats;       /* VPMM_DRIVER_STATS: the counting decorator over the fault one */
-    int worker;             /* VPMM_WORKER: 1 = the background worker (off on the host backend) */
+    int worker;             /* VPMM_WORKER: 1 = the background worker (off by default) */
+    size_t handle_pages;    /* VPMM_HANDLE_PAGES: 0 = the default (1) */
 } tpool_params_t;
 
 /* Opens a test pool; fails the test on error. */

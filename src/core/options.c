@@ -228,6 +228,7 @@ const vpmm_env_var_t vpmm_i_env_vars[] = {
     { "VPMM_DEFAULT_STREAM", NULL },
     { "VPMM_DRIVER_STATS", NULL },
     { "VPMM_WORKER", NULL },
+    { "VPMM_HANDLE_PAGES", NULL },
     { "VPMM_TORCH_ENABLE", "integrations/pytorch/autoenable/sitecustomize.py" },
     { "VPMM_TORCH_BACKEND", "integrations/pytorch/vpmm/torch.py" },
     { "VPMM_TORCH_LIB", "samples/pytorch/train_and_graph.py" },
@@ -337,12 +338,12 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_config_t defaults;
     vpmm_options_t o;
     size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0, env_cache = 0;
-    size_t env_max = 0, env_verbose = 0, env_dstats = 0, env_worker = 0;
+    size_t env_max = 0, env_verbose = 0, env_dstats = 0, env_worker = 0, env_hpages = 0;
     vpmm_option_source_t page_src = VPMM_FROM_DEFAULT, va_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT, max_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t verbose_src = VPMM_FROM_DEFAULT, dstats_src = VPMM_FROM_DEFAULT,
-                         worker_src = VPMM_FROM_DEFAULT;
+                         worker_src = VPMM_FROM_DEFAULT, hpages_src = VPMM_FROM_DEFAULT;
     vpmm_backend_t env_back = VPMM_BACKEND_CUDA; /* the default backend */
     vpmm_default_stream_t env_default = VPMM_DEFAULT_STREAM_UNSET;
 
@@ -368,6 +369,11 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     if (config->driver_stats < -1 || config->driver_stats > 1) {
         vpmm_i_set_error("config.driver_stats=%d: expected -1 (default), 0 or 1",
                          config->driver_stats);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
+    if (config->handle_pages > VPMM_HANDLE_PAGES_MAX) {
+        vpmm_i_set_error("config.handle_pages=%zu: expected 0 (default: 1) to %d",
+                         config->handle_pages, VPMM_HANDLE_PAGES_MAX);
         return VPMM_ERROR_INVALID_CONFIG;
     }
     if (config->worker < -1 || config->worker > 1) {
@@ -405,6 +411,8 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
         VPMM_CHECK(
             env_number("VPMM_DRIVER_STATS", &env_dstats, &dstats_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_WORKER", &env_worker, &worker_src, 1, 0, 1, "expected 0 or 1"));
+        VPMM_CHECK(env_number("VPMM_HANDLE_PAGES", &env_hpages, &hpages_src, 1, 1,
+                              VPMM_HANDLE_PAGES_MAX, "expected 1 to 512"));
         VPMM_CHECK(env_default_stream(&env_default));
         if (getenv("VPMM_TRACE_FILE") != NULL && getenv("VPMM_TRACE_FILE")[0] == '\0') {
             vpmm_i_set_error("VPMM_TRACE_FILE='': expected a file name");
@@ -446,6 +454,9 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
      * the replays' allocator time: the driver runs one VMM call at a time across threads, so its
      * unmaps wait for (and delay) the caller's maps (bench/RESULTS.md, "The background worker"). */
     o.worker = config->worker >= 0 ? config->worker : (int)env_worker;
+    o.handle_pages = config->handle_pages          ? config->handle_pages
+                     : hpages_src == VPMM_FROM_ENV ? env_hpages
+                                                   : 1;
     if (config->trace_file != NULL) {
         o.trace_file = config->trace_file;
         o.trace_file_src = VPMM_FROM_CONFIG;

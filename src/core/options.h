@@ -15,7 +15,11 @@
 
 #define VPMM_DEFAULT_VA_SIZE       ((size_t)8 << 40) /* 8 TiB: reserving VA costs ~13 us, no memory */
 #define VPMM_DEFAULT_HOST_MEMORY   ((size_t)80 << 30) /* an H100's worth */
-#define VPMM_DEFAULT_CACHE_PERCENT 10 /* bench/RESULTS.md: footprint vs hot path, measured */
+#define VPMM_DEFAULT_CACHE_PERCENT 10
+#define VPMM_HANDLE_PAGES_MAX                                                                      \
+    512 /* 1 GiB of 2 MiB pages: larger growths get 1 GiB handles */ /* bench/RESULTS.md:          \
+                                                                        footprint vs hot path,     \
+                                                                        measured */
 
 /* Where each setting came from, so an error can name the knob the user actually touched. */
 typedef enum vpmm_option_source {
@@ -36,6 +40,7 @@ typedef struct vpmm_options {
     int verbose;
     int driver_stats;       /* wrap the backend in the counting decorator (api/create.c) */
     int worker;             /* a background thread unmaps zombies (worker.c) */
+    size_t handle_pages;    /* the most pages an ordinary growth puts in one handle (policy.c) */
     int per_thread_default; /* stream 0 is the calling thread's per-thread stream (stream.c) */
     const char *trace_file; /* NULL: no recording (record.c); valid during vpmm_pool_create */
     vpmm_option_source_t page_size_src, va_size_src, prealloc_src, max_bytes_src, trace_file_src;

@@ -314,8 +314,10 @@ void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole
  * mapped (at least the request, at most 1 GiB), so growth is geometric — the number of handles
  *    grows with the logarithm of the size reached — and at most a quarter of the memory is
  *    unused when the burst ends;
- *  - anything else gets one handle per page: every page stays movable on its own. Real programs
- *    interleave frees with their growth (both traces do), and then nothing is created ahead.
+ *  - anything else gets one handle per page (VPMM_HANDLE_PAGES raises that: handles of up to
+ *    that many pages, fewer driver calls, less freedom to move): every page stays movable on
+ *    its own. Real programs interleave frees with their growth (both traces do), and then nothing
+ *    is created ahead.
  */
 #define GROWTH_BIG_BYTES ((size_t)1 << 30)
 #define GROWTH_STREAK    8 /* 4 is the least both traces tolerate: twice that, for margin */
@@ -374,6 +376,8 @@ static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan, size_t ours)
     }
     if (plan->nnew * pg >= GROWTH_BIG_BYTES)
         plan->unit = big;
+    else
+        plan->unit = VPMM_MAX((size_t)1, VPMM_MIN(plan->nnew, p->opt.handle_pages));
 }
 
 /* Free pages of private arenas no graph and no capture uses: they may move like shared ones. */
@@ -489,6 +493,6 @@ vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_str
     VPMM_CHECK(plan_within_cap(p, s, size, fewest_new, plan));
     plan->unit = plan->nnew * p->page_size >= GROWTH_BIG_BYTES
                      ? VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / p->page_size)
-                     : 1;
+                     : VPMM_MAX((size_t)1, VPMM_MIN(plan->nnew, p->opt.handle_pages));
     return VPMM_SUCCESS;
 }
