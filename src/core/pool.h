@@ -682,6 +682,9 @@ void vpmm_i_worker_stop(vpmm_pool_t *p);
 void vpmm_i_worker_kick(vpmm_pool_t *p);
 /* Holds it (no pass starts; one running finishes first) or lets it go again (tests). */
 void vpmm_i_worker_hold(vpmm_pool_t *p, int hold);
+/* One pass on the calling thread while the worker is held (the fuzzer: unmaps at defined points,
+ * so that a run replays exactly). */
+void vpmm_i_worker_step(vpmm_pool_t *p);
 /* Waits until it has made a whole pass after this call (tests; without the pool lock). Zombies
  * that still wait for the GPU then are left for later passes. */
 void vpmm_i_worker_drain(vpmm_pool_t *p);

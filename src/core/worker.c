@@ -279,6 +279,15 @@ void vpmm_i_worker_hold(vpmm_pool_t *p, int hold)
     pthread_mutex_unlock(&w->mu);
 }
 
+void vpmm_i_worker_step(vpmm_pool_t *p)
+{
+    vpmm_worker_t *w = p->worker;
+    pthread_mutex_lock(&w->mu);
+    VPMM_ASSERT(w->held && !w->in_pass); /* the thread must not run a pass of its own */
+    pthread_mutex_unlock(&w->mu);
+    (void)pass(p);
+}
+
 void vpmm_i_worker_drain(vpmm_pool_t *p)
 {
     vpmm_worker_t *w = p->worker;

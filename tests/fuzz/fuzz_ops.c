@@ -24,7 +24,12 @@
  * Byte 1 configures it further:
  *   bit 0     stream 0 is the calling thread's per-thread stream (config.default_stream =
  *             VPMM_DEFAULT_STREAM_PER_THREAD; the host backend's per_thread_default_stream)
- *   bits 1-7  unused (ignored)
+ *   bit 1     the background worker (config.worker = 1). Its thread is held; after every
+ *             operation one of its passes runs on the fuzzing thread (vpmm_i_worker_step): the
+ *             same collect / unmap without the lock / commit, at defined points, so that a run
+ *             stays reproducible from its input (test_worker runs the thread itself, under TSan)
+ *   bits 2-3  config.handle_pages: 1, 2, 4 or 8 pages per growth handle
+ *   bits 4-7  unused (ignored)
  * This is the third encoding: the second added byte 1 and THREAD (22), the third RECORD_STREAM
  * (23, a MALLOC before). make_corpus.py --upgrade rewrites inputs of the second (--from 1: the
  * first) so that they decode to the same operations.
@@ -1247,7 +1252,10 @@ static void driver_matches_pool(const fz_t *z)
 
 static void check_all(const fz_t *z)
 {
-    size_t bad = vpmm_pool_check(z->pool, NULL);
+    size_t bad;
+    if (z->pool->worker != NULL)
+        vpmm_i_worker_step(z->pool); /* its pass between two operations */
+    bad = vpmm_pool_check(z->pool, NULL);
     if (bad != 0) {
         vpmm_pool_check(z->pool, stderr);
         finding(z, "vpmm_pool_check: %zu invariant(s) violated", bad);
@@ -2535,6 +2543,8 @@ static void setup(fz_t *z)
     cfg.max_bytes = z->max_bytes;
     cfg.cache_percent = cache[(z->cfg >> 4) & 3];
     z->ptd_default = z->cfg2 & 1;
+    cfg.worker = (z->cfg2 >> 1) & 1;
+    cfg.handle_pages = (size_t)1 << ((z->cfg2 >> 2) & 3);
     cfg.default_stream =
         z->ptd_default ? VPMM_DEFAULT_STREAM_PER_THREAD : VPMM_DEFAULT_STREAM_LEGACY;
     st = vpmm_i_options_resolve(&cfg, &opt);
@@ -2551,6 +2561,8 @@ static void setup(fz_t *z)
     st = vpmm_a_pool_create_on(&opt, z->fault, 0, &z->pool);
     if (st != VPMM_SUCCESS)
         finding(z, "pool creation failed: %s", vpmm_status_name(st));
+    if (z->pool->worker != NULL)
+        vpmm_i_worker_hold(z->pool, 1); /* it runs between operations only (check_all) */
     for (size_t i = 0; i < NCREATED; i++) {
         z->created[i] = vpmm_host_stream_create(z->host);
         if (z->created[i] == NULL)

@@ -76,9 +76,15 @@ def config(page=0, memory=0, cache=0, cap=False, prealloc=False):
     return page | memory << 2 | cache << 4 | (0x40 if cap else 0) | (0x80 if prealloc else 0)
 
 
-def config2(ptd_default=False):
-    """The second config byte: bit 0, stream 0 is the calling thread's per-thread stream."""
-    return 1 if ptd_default else 0
+def config2(ptd_default=False, worker=False, handle_pages_log2=0):
+    """The second config byte: bit 0, stream 0 is the calling thread's per-thread stream; bit 1,
+    the background worker; bits 2-3, handle pages 1, 2, 4 or 8 (log2)."""
+    return (1 if ptd_default else 0) | (2 if worker else 0) | (handle_pages_log2 & 3) << 2
+
+
+def with_config2(data, cfg2):
+    """An input with its second config byte replaced."""
+    return bytes(data[:1]) + bytes([cfg2]) + bytes(data[2:])
 
 
 class Prog:
@@ -1176,7 +1182,16 @@ def main():
         write(args.out, "hand-uses-ptds-%d" % i, uses_ptds(cfg, config2(i == 1)))
         write(args.out, "hand-uses-checkpoint-%d" % i, uses_checkpoint(cfg))
         write(args.out, "hand-uses-faults-%d" % i, uses_faults(cfg, random.Random(100 + i)))
-        n += 19
+        # The background worker (its passes between operations) and multi-page handles.
+        write(args.out, "hand-worker-defrag-%d" % i,
+              with_config2(defrag_streams(cfg, random.Random(300 + i)),
+                           config2(worker=True, handle_pages_log2=i)))
+        write(args.out, "hand-worker-faults-%d" % i,
+              with_config2(fault_sweep(cfg, random.Random(400 + i)),
+                           config2(worker=True, handle_pages_log2=3 - i)))
+        write(args.out, "hand-worker-graph-tree-%d" % i,
+              with_config2(graph_tree(cfg, faults=True), config2(worker=True)))
+        n += 22
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print("%d seeds, %d bytes in %s" % (n, total, args.out))
 
