@@ -1,6 +1,7 @@
 /*
  * test_threads.c — one pool shared by 8 threads on 4 shared streams and their own per-thread
- * streams (issue 6), through the public API only, on the host backend.
+ * streams (issue 6), through the public API only, on the host backend; the second run with the
+ * pool's background worker on (VPMM_WORKER, issue 13) unmapping beside them.
  *
  * Each thread allocates mixed sizes (1 B to 12 MiB, mostly small) on a random one of the 4 shared
  * streams or on its own per-thread stream (VPMM_STREAM_PER_THREAD, one more choice of the same
@@ -760,8 +761,9 @@ static double now_s(void)
  * One run: NTHREADS workers on one pool, VPMM_THREADS_OPS / 2 operations in all. per_thread:
  * the pool's default_stream is VPMM_DEFAULT_STREAM_PER_THREAD, so stream 0 is each thread's own
  * per-thread stream (and among the streams used); else it is the legacy stream, never used.
+ * worker: the pool's background worker unmaps zombies meanwhile (config.worker).
  */
-static void run(int per_thread)
+static void run(int per_thread, int worker)
 {
     static shared_t sh; /* large: the mailboxes */
     static worker_t workers[NTHREADS], transients[NTHREADS];
@@ -789,6 +791,7 @@ static void run(int per_thread)
     cfg.va_size = 64 * GiB;
     cfg.host_memory = 16 * GiB; /* only what is touched costs: live memory stays ~100s of MiB */
     cfg.default_stream = per_thread ? VPMM_DEFAULT_STREAM_PER_THREAD : VPMM_DEFAULT_STREAM_LEGACY;
+    cfg.worker = worker;
     assert_int_equal(vpmm_pool_create(&cfg, &sh.pool), VPMM_SUCCESS);
     assert_int_equal(pthread_barrier_init(&sh.barrier, NULL, NTHREADS + 1), 0);
     for (unsigned i = 0; i < NTHREADS; i++) {
@@ -883,13 +886,13 @@ static void run(int per_thread)
 static void test_threads(void **state)
 {
     (void)state;
-    run(0);
+    run(0, 0);
 }
 
 static void test_threads_per_thread_default(void **state)
 {
     (void)state;
-    run(1);
+    run(1, 1); /* with the background worker (VPMM_WORKER=1) unmapping beside the 8 threads */
 }
 
 int main(void)

@@ -3,7 +3,8 @@
  * asked; it unmaps a defragmentation's zombies once their marker completes and not before, and
  * what it has not taken yet the next slow-path malloc still does;
  * data moved by the remap reads back at the new address before and after the old one goes; a
- * failed unmap leaves the rest of the zombie for a later pass and leaks nothing; threads that
+ * failed unmap leaves the rest of the zombie for a later pass and leaks nothing; vpmm_trim still
+ * gives every free page back (it holds the worker and unmaps the due zombies itself); threads that
  * malloc and free while the worker runs keep every invariant (this test also runs under TSan,
  * tests/sanitize/run_ci.sh); a pool destroyed while zombies wait is torn down completely.
  */
@@ -182,6 +183,36 @@ static void test_destroy_with_waiting_zombies(void **state)
     tpool_close(&t);
 }
 
+/* vpmm_trim with a worker gives back every free page: it waits for the worker's pass, unmaps
+ * the due zombies itself, so that no handle stays for a zombie mapping; a hold of the caller's
+ * own survives the trim's. */
+static void test_trim_gives_everything_back(void **state)
+{
+    tpool_params_t prm = { .worker = 1, .prealloc = 15 };
+    tpool_t t;
+    void *p10, *p1, *p4, *p11;
+    (void)state;
+    tpool_open(&t, &prm);
+    p10 = tmalloc(t.pool, 10 * PG, NULL);
+    p1 = tmalloc(t.pool, PG, NULL);
+    tfree(t.pool, p10);
+    p4 = tmalloc(t.pool, 4 * PG, NULL);
+    vpmm_i_worker_hold(t.pool, 1);
+    p11 = tmalloc(t.pool, 11 * PG, NULL); /* a zombie of 10 pages, due at once */
+    tfree(t.pool, p11);
+    tfree(t.pool, p4);
+    tfree(t.pool, p1);
+    assert_int_equal(vpmm_trim(t.pool, 0, NULL), VPMM_SUCCESS);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 0);
+    assert_int_equal(zombie_count(t.pool), 0);
+    assert_int_equal(tstats(t.pool).worker_unmaps, 0); /* still held by the test: trim did it */
+    CHECK_POOL(t.pool);
+    assert_driver_matches_pool(&t);
+    vpmm_i_worker_hold(t.pool, 0);
+    drain_and_check(&t);
+    tpool_close(&t);
+}
+
 /* Threads malloc and free sizes that force defragmentation while the worker unmaps. */
 #define NTHREADS 4
 #define NSLOTS   24
@@ -248,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_malloc_path_takes_what_worker_left),
         cmocka_unit_test(test_partial_failure_is_retried),
         cmocka_unit_test(test_destroy_with_waiting_zombies),
+        cmocka_unit_test(test_trim_gives_everything_back),
         cmocka_unit_test(test_threads_with_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -680,7 +680,8 @@ vpmm_status_t vpmm_i_worker_start(vpmm_pool_t *p);
 void vpmm_i_worker_stop(vpmm_pool_t *p);
 /* Wakes it: zombies appeared (p->worker != NULL; under the pool lock or not). */
 void vpmm_i_worker_kick(vpmm_pool_t *p);
-/* Holds it (no pass starts; one running finishes first) or lets it go again (tests). */
+/* Holds it (no pass starts; one running finishes first) or undoes one hold (vpmm_trim; tests).
+ * NULL-safe; the caller must not hold the pool lock. */
 void vpmm_i_worker_hold(vpmm_pool_t *p, int hold);
 /* One pass on the calling thread while the worker is held (the fuzzer: unmaps at defined points,
  * so that a run replays exactly). */

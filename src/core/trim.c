@@ -122,6 +122,10 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
         vpmm_i_set_error("vpmm_trim: pool is NULL");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
+    /* The worker's pass finishes first and no other starts meanwhile: every zombie whose GPU work
+     * is done is unmapped below, so its handle can go back (a handle with a zombie mapping
+     * stays). */
+    vpmm_i_worker_hold(pool, 1);
     vpmm_i_lock(pool);
     before = pool->c.mapped_bytes;
     vpmm_i_graphs_collect(pool);
@@ -186,6 +190,7 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
         vpmm_i_unlock(pool);
     }
     free(unmapped);
+    vpmm_i_worker_hold(pool, 0);
     return st;
 }
 

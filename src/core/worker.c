@@ -25,12 +25,13 @@
  *   3. under the lock: each zombie's unmapped prefix becomes hole (vpmm_i_zombie_unmapped, the
  *      same step phase 0 uses), the rest stays a zombie, not busy, for a later pass; chunks left
  *      empty go back.
- * A busy zombie belongs to the worker: phase 0, vpmm_trim and an arena's dissolution skip it
- * (vpmm_i_zombie_due), and nothing else cuts, joins or re-states a zombie; its handles cannot be
- * released meanwhile (vpmm_trim releases only handles with no zombie mapping). The books stay
- * true whenever the lock is free (I3: a busy zombie's mappings are still listed, and are still
- * in place or about to go; I12), so vpmm_pool_check may run at any time; vpmm_pool_destroy
- * stops the thread before the teardown.
+ * A busy zombie belongs to the worker: phase 0 and an arena's dissolution skip it
+ * (vpmm_i_zombie_due), vpmm_trim holds the worker (its pass finishes, none starts) so that it
+ * can unmap every due zombie itself, and nothing else cuts, joins or re-states a zombie; its
+ * handles cannot be released meanwhile (vpmm_trim releases only handles with no zombie mapping).
+ * The books stay true whenever the lock is free (I3: a busy zombie's mappings are still listed, and
+ * are still in place or about to go; I12), so vpmm_pool_check may run at any time;
+ * vpmm_pool_destroy stops the thread before the teardown.
  *
  * Its CPU time is measured (CLOCK_THREAD_CPUTIME_ID after each pass) and reported
  * (vpmm_stats_t.worker_cpu_ns, worker_unmaps): moved work is shown, never hidden. A driver call
@@ -270,11 +271,16 @@ void vpmm_i_worker_kick(vpmm_pool_t *p)
 void vpmm_i_worker_hold(vpmm_pool_t *p, int hold)
 {
     vpmm_worker_t *w = p->worker;
+    if (w == NULL)
+        return;
     pthread_mutex_lock(&w->mu);
-    /* A pass already running finishes; none starts until released. */
+    /* A pass already running finishes; none starts until every hold is undone. */
     while (hold && w->in_pass)
         pthread_cond_wait(&w->done, &w->mu);
-    w->held = hold;
+    if (hold)
+        w->held++;
+    else if (w->held > 0)
+        w->held--;
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->mu);
 }
