@@ -1,0 +1,213 @@
+/*
+ * test_torch_adapter_oom.c — the PyTorch adapter (torch_adapter.c) when host memory runs out:
+ * every malloc, calloc and realloc that the adapter, vpmm and the host backend make during a
+ * scenario is refused in turn (the executable is linked with --wrap=malloc,--wrap=calloc,
+ * --wrap=realloc; integrations/CMakeLists.txt).
+ *
+ * For n = 1, 2, 3 ... a fresh pool and device state run the scenario with their n-th allocation
+ * refused, until a run refuses none. Each call must succeed or answer a clear status
+ * (HOST_OUT_OF_MEMORY; OUT_OF_MEMORY or DRIVER where the host backend's own allocation failed
+ * under a driver call; vta_device_init -1), never crash; after each call vpmm's invariants hold;
+ * an external allocation that could not be counted leaves the statistics as they were; in the
+ * end everything is freed, the device state and the pool are destroyed (LeakSanitizer checks the
+ * host memory in the sanitizer build).
+ *
+ * The scenario: the device state, shared allocations, recordStream, a mempool id with a warm-up
+ * allocation and a checkpoint taken and applied (the CheckpointDelta arrays), a MemPool with its
+ * own allocator and an allocation counted for it, a snapshot, the statistics, emptyCache.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "torch_adapter.h"
+
+#define MiB ((size_t)1 << 20)
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+
+static int armed;
+static unsigned long fail_at, calls, refused;
+
+static int refuse(void)
+{
+    if (!armed || ++calls != fail_at)
+        return 0;
+    refused++;
+    return 1;
+}
+
+void *__wrap_malloc(size_t n)
+{
+    return refuse() ? NULL : __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    return refuse() ? NULL : __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+    return refuse() ? NULL : __real_realloc(p, n);
+}
+
+static const vta_pool_id_t SHARED = { 0, 0 }, TREE = { 0, 1 }, OWN = { 0, 2 };
+
+static vpmm_pool_t *pool;
+static vta_device_t dev;
+
+static void assert_clear(vpmm_status_t st, const char *what)
+{
+    if (st != VPMM_SUCCESS && st != VPMM_ERROR_HOST_OUT_OF_MEMORY &&
+        st != VPMM_ERROR_OUT_OF_MEMORY && st != VPMM_ERROR_DRIVER)
+        fail_msg("%s with allocation #%lu refused: %s (%s)", what, fail_at, vpmm_status_name(st),
+                 vpmm_last_error());
+    assert_int_equal(vpmm_pool_check(pool, stderr), 0);
+}
+
+static vpmm_status_t disarm(vpmm_status_t st, const char *what)
+{
+    armed = 0;
+    assert_clear(st, what);
+    return st;
+}
+
+/* Runs call armed; its status, after the checks. */
+#define ARMED(what, call) (armed = 1, disarm((call), (what)))
+
+/* The same for a call that must end what it began: refused, it is made again unarmed. */
+#define ARMED_THEN_SURE(what, call)                                                                \
+    do {                                                                                           \
+        if (ARMED(what, call) != VPMM_SUCCESS)                                                     \
+            assert_int_equal((call), VPMM_SUCCESS);                                                \
+    } while (0)
+
+static void checkpoint_part(vpmm_stream_t s)
+{
+    void *w = NULL, **freed = NULL, **allocd = NULL;
+    size_t nfreed = 0, nallocd = 0;
+    vpmm_checkpoint_t *ck = NULL;
+    if (ARMED("vta_pool_incref", vta_pool_incref(&dev, TREE)) != VPMM_SUCCESS)
+        return;
+    (void)ARMED("vta_malloc (mempool)", vta_malloc(&dev, 4000, s, TREE, &w));
+    if (ARMED("vta_checkpoint_take", vta_checkpoint_take(&dev, TREE, &ck)) == VPMM_SUCCESS) {
+        if (ARMED("vta_checkpoint_apply", vta_checkpoint_apply(&dev, ck, &freed, &nfreed, &allocd,
+                                                               &nallocd)) == VPMM_SUCCESS) {
+            free(freed);
+            free(allocd);
+        }
+        vpmm_checkpoint_destroy(ck);
+    }
+    if (w != NULL)
+        ARMED_THEN_SURE("vta_free (mempool)", vta_free(&dev, w));
+    ARMED_THEN_SURE("vta_pool_decref", vta_pool_decref(&dev, TREE));
+}
+
+static void external_part(vpmm_stream_t s)
+{
+    void *mine = (void *)(uintptr_t)0x7f0000100000;
+    vta_stats_t before, after;
+    size_t size = 0;
+    if (ARMED("vta_pool_incref_external", vta_pool_incref_external(&dev, OWN)) != VPMM_SUCCESS)
+        return;
+    vta_get_stats(&dev, &before);
+    if (ARMED("vta_external_add", vta_external_add(&dev, OWN, mine, 2 * MiB, s)) == VPMM_SUCCESS) {
+        assert_int_equal(vta_external_remove(&dev, mine, &size), 1);
+        assert_int_equal(size, 2 * MiB);
+    } else {
+        vta_get_stats(&dev, &after); /* nothing counted */
+        assert_int_equal(after.allocated_bytes[VTA_ALL].current,
+                         before.allocated_bytes[VTA_ALL].current);
+        assert_int_equal(after.allocation[VTA_ALL].current, before.allocation[VTA_ALL].current);
+    }
+    ARMED_THEN_SURE("vta_pool_decref (external)", vta_pool_decref(&dev, OWN));
+}
+
+static void scenario(void)
+{
+    vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x5100, t = (vpmm_stream_t)(uintptr_t)0x5200;
+    void *a = NULL, *b = NULL;
+    vta_segment_t *segs = NULL;
+    vta_stats_t st;
+    size_t n = 0;
+    (void)ARMED("vta_malloc", vta_malloc(&dev, 3 * MiB, s, SHARED, &a));
+    (void)ARMED("vta_malloc", vta_malloc(&dev, 1000, s, SHARED, &b));
+    if (b != NULL)
+        (void)ARMED("vta_record_stream", vta_record_stream(&dev, b, t));
+    checkpoint_part(s);
+    external_part(s);
+    if (ARMED("vta_snapshot", vta_snapshot(&dev, SHARED, 1, &segs, &n)) == VPMM_SUCCESS)
+        vta_snapshot_free(segs, n);
+    armed = 1;
+    vta_get_stats(&dev, &st);
+    (void)vta_empty_cache(&dev);
+    armed = 0;
+    assert_int_equal(vpmm_pool_check(pool, stderr), 0);
+    if (a != NULL)
+        ARMED_THEN_SURE("vta_free", vta_free(&dev, a));
+    if (b != NULL)
+        ARMED_THEN_SURE("vta_free", vta_free(&dev, b));
+}
+
+static unsigned long run_once(unsigned long n)
+{
+    vpmm_config_t c;
+    int rc;
+    armed = 0;
+    fail_at = n;
+    calls = refused = 0;
+    vpmm_config_init(&c);
+    c.backend = VPMM_BACKEND_HOST;
+    c.ignore_env = 1;
+    c.va_size = (size_t)4 << 30;
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+    armed = 1;
+    rc = vta_device_init(&dev, pool, 0);
+    armed = 0;
+    if (rc == 0) {
+        scenario();
+        armed = 1;
+        vta_device_fini(&dev);
+        armed = 0;
+    } else {
+        assert_int_equal(rc, -1);
+    }
+    assert_int_equal(vpmm_pool_check(pool, stderr), 0);
+    assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
+    return refused;
+}
+
+static void test_sweep(void **state)
+{
+    unsigned long n, total = 0;
+    (void)state;
+    for (n = 1; n < 100000; n++) {
+        unsigned long r = run_once(n);
+        if (r == 0)
+            break;
+        total += r;
+    }
+    print_message("adapter host OOM sweep: %lu runs, each with one allocation refused\n", n - 1);
+    assert_true(n > 20);
+    assert_true(total == n - 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sweep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
