@@ -98,21 +98,38 @@ static void test_unmaps_zombies_when_marker_completes(void **state)
     tpool_close(&t);
 }
 
+/* Seed case C with the worker on (test_defrag.c): 15 preallocated pages; 10 allocated and 1 after
+ * them, the 10 freed, 4 taken back. The caller's 11-page malloc then remaps 10 pages, and their old
+ * address becomes one zombie of 10 one-page handles, due at once (no stream work guards it). */
+static void open_seed_c(tpool_t *t, void **p1, void **p4)
+{
+    tpool_params_t prm = { .worker = 1, .prealloc = 15 };
+    void *p10;
+    tpool_open(t, &prm);
+    p10 = tmalloc(t->pool, 10 * PG, NULL);
+    *p1 = tmalloc(t->pool, PG, NULL);
+    tfree(t->pool, p10);
+    *p4 = tmalloc(t->pool, 4 * PG, NULL);
+}
+
+static void close_seed_c(tpool_t *t, void *p1, void *p4, void *p11)
+{
+    tfree(t->pool, p1);
+    tfree(t->pool, p4);
+    tfree(t->pool, p11);
+    tpool_close(t);
+}
+
 /* A zombie the worker has not taken yet (held here) is unmapped by the next slow-path malloc,
  * as without a worker: layouts do not wait for the worker's thread. Let go, the worker finds
  * nothing left. */
 static void test_malloc_path_takes_what_worker_left(void **state)
 {
-    tpool_params_t prm = { .worker = 1, .prealloc = 15 };
     tpool_t t;
-    void *p10, *p1, *p4, *p11, *more;
+    void *p1, *p4, *p11, *more;
     uint64_t unmaps;
     (void)state;
-    tpool_open(&t, &prm);
-    p10 = tmalloc(t.pool, 10 * PG, NULL);
-    p1 = tmalloc(t.pool, PG, NULL);
-    tfree(t.pool, p10);
-    p4 = tmalloc(t.pool, 4 * PG, NULL);
+    open_seed_c(&t, &p1, &p4);
     vpmm_i_worker_hold(t.pool, 1);
     unmaps = vpmm_fault_calls(t.fault, VPMM_DRV_MEM_UNMAP);
     p11 = tmalloc(t.pool, 11 * PG, NULL); /* the 10 pages at p10 become a zombie, due at once */
@@ -126,25 +143,17 @@ static void test_malloc_path_takes_what_worker_left(void **state)
     drain_and_check(&t);
     assert_int_equal(tstats(t.pool).worker_unmaps, 0);
     tfree(t.pool, more);
-    tfree(t.pool, p1);
-    tfree(t.pool, p4);
-    tfree(t.pool, p11);
-    tpool_close(&t);
+    close_seed_c(&t, p1, p4, p11);
 }
 
 /* An unmap that fails in the middle of a zombie: the unmapped prefix becomes hole, the rest stays
  * a zombie (not busy), and a later pass finishes it. */
 static void test_partial_failure_is_retried(void **state)
 {
-    tpool_params_t prm = { .worker = 1, .prealloc = 15 };
     tpool_t t;
-    void *p10, *p1, *p4, *p11;
+    void *p1, *p4, *p11;
     (void)state;
-    tpool_open(&t, &prm);
-    p10 = tmalloc(t.pool, 10 * PG, NULL);
-    p1 = tmalloc(t.pool, PG, NULL);
-    tfree(t.pool, p10);
-    p4 = tmalloc(t.pool, 4 * PG, NULL);
+    open_seed_c(&t, &p1, &p4);
     vpmm_fault_fail_nth(t.fault, VPMM_DRV_MEM_UNMAP, 4,
                         VPMM_DRV_ERROR); /* only the worker unmaps */
     p11 = tmalloc(t.pool, 11 * PG, NULL);
@@ -154,10 +163,7 @@ static void test_partial_failure_is_retried(void **state)
     assert_int_equal(zombie_count(t.pool), 0);
     assert_int_equal(tstats(t.pool).worker_unmaps, 10);
     assert_int_equal(tstats(t.pool).zombie_bytes, 0);
-    tfree(t.pool, p1);
-    tfree(t.pool, p4);
-    tfree(t.pool, p11);
-    tpool_close(&t);
+    close_seed_c(&t, p1, p4, p11);
 }
 
 /* Destroying the pool while zombies wait for their stream: the worker stops, teardown unmaps
@@ -188,15 +194,10 @@ static void test_destroy_with_waiting_zombies(void **state)
  * own survives the trim's. */
 static void test_trim_gives_everything_back(void **state)
 {
-    tpool_params_t prm = { .worker = 1, .prealloc = 15 };
     tpool_t t;
-    void *p10, *p1, *p4, *p11;
+    void *p1, *p4, *p11;
     (void)state;
-    tpool_open(&t, &prm);
-    p10 = tmalloc(t.pool, 10 * PG, NULL);
-    p1 = tmalloc(t.pool, PG, NULL);
-    tfree(t.pool, p10);
-    p4 = tmalloc(t.pool, 4 * PG, NULL);
+    open_seed_c(&t, &p1, &p4);
     vpmm_i_worker_hold(t.pool, 1);
     p11 = tmalloc(t.pool, 11 * PG, NULL); /* a zombie of 10 pages, due at once */
     tfree(t.pool, p11);
