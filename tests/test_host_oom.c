@@ -2,9 +2,9 @@
  * test_host_oom.c — host memory failures: every malloc, calloc and realloc the library (and the
  * host backend under it) makes during a scenario is made to fail in turn.
  *
- * The executable is linked with --wrap=malloc,--wrap=calloc,--wrap=realloc (tests/CMakeLists.txt),
- * so every allocation of the library's objects goes through the wrappers below; they fail the
- * n-th call while armed and pass everything else through (cmocka's and the checks' own
+ * The executable is linked with --wrap=malloc,--wrap=calloc,--wrap=realloc and oom_wrap.c
+ * (tests/CMakeLists.txt), so every allocation of the library's objects goes through wrappers that
+ * fail the n-th call while armed and pass everything else through (cmocka's and the checks' own
  * allocations happen disarmed). For n = 1, 2, 3 ... the scenario runs on a fresh pool with its
  * n-th allocation refused, until a run refuses none. Each call must then return success or a
  * clear status (VPMM_ERROR_HOST_OUT_OF_MEMORY, or OUT_OF_MEMORY / DRIVER_ERROR where the host
@@ -24,44 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oom_wrap.h"
 #include "test_util.h"
 
 #define PG (2 * MiB)
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t n);
-
-static int armed;
-static unsigned long fail_at, calls, refused;
-
-static int refuse(void)
-{
-    if (!armed)
-        return 0;
-    if (++calls != fail_at)
-        return 0;
-    refused++;
-    return 1;
-}
-
-void *__wrap_malloc(size_t n)
-{
-    return refuse() ? NULL : __real_malloc(n);
-}
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-    return refuse() ? NULL : __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t n)
-{
-    return refuse() ? NULL : __real_realloc(p, n);
-}
+static unsigned long run_n; /* the allocation this run refuses (messages) */
 
 typedef struct ctx {
     tpool_t t;
@@ -75,7 +43,7 @@ static void assert_clear_status(vpmm_status_t st, const char *what)
 {
     if (st != VPMM_SUCCESS && st != VPMM_ERROR_HOST_OUT_OF_MEMORY &&
         st != VPMM_ERROR_OUT_OF_MEMORY && st != VPMM_ERROR_DRIVER)
-        fail_msg("%s with allocation #%lu refused: %s (%s)", what, fail_at, vpmm_status_name(st),
+        fail_msg("%s with allocation #%lu refused: %s (%s)", what, run_n, vpmm_status_name(st),
                  vpmm_last_error());
 }
 
@@ -85,27 +53,26 @@ static void check(ctx_t *c)
     assert_driver_matches_pool(&c->t);
 }
 
-/* Runs one library call armed, then checks. */
-#define ARMED(c, what, call)                                                                       \
+/* The status of call made armed, after the checks; TRY_THEN_SURE: for a call that must end what
+ * it began (refused for host memory, it is made again unarmed and must succeed). */
+static vpmm_status_t checked(ctx_t *c, vpmm_status_t st, const char *what)
+{
+    assert_clear_status(st, what);
+    check(c);
+    return st;
+}
+#define TRY(c, what, call) checked((c), OOM_ARMED(call), (what))
+#define TRY_THEN_SURE(c, what, call)                                                               \
     do {                                                                                           \
-        vpmm_status_t st_;                                                                         \
-        armed = 1;                                                                                 \
-        st_ = (call);                                                                              \
-        armed = 0;                                                                                 \
-        assert_clear_status(st_, what);                                                            \
-        check(c);                                                                                  \
+        if (TRY(c, what, call) != VPMM_SUCCESS)                                                    \
+            assert_int_equal((call), VPMM_SUCCESS);                                                \
     } while (0)
 
 static void do_malloc(ctx_t *c, size_t size, vpmm_stream_t s)
 {
     vpmm_stats_t before = tstats(c->t.pool), after;
     void *p = NULL;
-    vpmm_status_t st;
-    armed = 1;
-    st = vpmm_malloc(c->t.pool, size, s, &p);
-    armed = 0;
-    assert_clear_status(st, "vpmm_malloc");
-    check(c);
+    vpmm_status_t st = TRY(c, "vpmm_malloc", vpmm_malloc(c->t.pool, size, s, &p));
     after = tstats(c->t.pool);
     if (st != VPMM_SUCCESS) {
         assert_null(p);
@@ -119,16 +86,9 @@ static void do_malloc(ctx_t *c, size_t size, vpmm_stream_t s)
 /* A free refused for host memory keeps the block live: it is freed again unarmed. */
 static void do_free_oldest(ctx_t *c)
 {
-    vpmm_status_t st;
     if (c->nlive == 0)
         return;
-    armed = 1;
-    st = vpmm_free(c->t.pool, c->live[0]);
-    armed = 0;
-    assert_clear_status(st, "vpmm_free");
-    check(c);
-    if (st != VPMM_SUCCESS)
-        assert_int_equal(vpmm_free(c->t.pool, c->live[0]), VPMM_SUCCESS);
+    TRY_THEN_SURE(c, "vpmm_free", vpmm_free(c->t.pool, c->live[0]));
     c->nlive--;
     memmove(c->live, c->live + 1, c->nlive * sizeof c->live[0]);
 }
@@ -140,19 +100,6 @@ static int count_region(const vpmm_region_info_t *r, void *user)
     return 0;
 }
 
-/* A call that must end what it began: refused for host memory, it is made again unarmed. */
-#define ARMED_THEN_SURE(c, what, call)                                                             \
-    do {                                                                                           \
-        vpmm_status_t st_;                                                                         \
-        armed = 1;                                                                                 \
-        st_ = (call);                                                                              \
-        armed = 0;                                                                                 \
-        assert_clear_status(st_, what);                                                            \
-        check(c);                                                                                  \
-        if (st_ != VPMM_SUCCESS)                                                                   \
-            assert_int_equal((call), VPMM_SUCCESS);                                                \
-    } while (0)
-
 /* A graph pool: a capture that allocates (and frees one block) inside, a checkpoint taken and
  * reapplied, the graph destroyed, the pool released. */
 static void graphs(ctx_t *c)
@@ -162,37 +109,31 @@ static void graphs(ctx_t *c)
     vpmm_graph_t g = NULL;
     void *x = NULL, *y = NULL;
     vpmm_status_t st;
-    armed = 1;
-    st = vpmm_graph_pool_create(c->t.pool, &gp);
-    armed = 0;
+    st = OOM_ARMED(vpmm_graph_pool_create(c->t.pool, &gp));
     if (st == VPMM_ERROR_NOT_SUPPORTED)
         return; /* built without graphs (VPMM_WITH_GRAPHS=OFF) */
     assert_clear_status(st, "vpmm_graph_pool_create");
     check(c);
     if (gp == NULL)
         return;
-    armed = 1;
-    st = vpmm_capture_begin(c->t.pool, gp, c->a, VPMM_STREAM_CAPTURE_GLOBAL);
-    armed = 0;
-    assert_clear_status(st, "vpmm_capture_begin");
-    check(c);
-    if (st == VPMM_SUCCESS) {
-        ARMED(c, "vpmm_malloc (captured)", vpmm_malloc(c->t.pool, 3 * PG, c->a, &x));
-        ARMED(c, "vpmm_malloc (captured)", vpmm_malloc(c->t.pool, 5000, c->a, &y));
+    if (TRY(c, "vpmm_capture_begin",
+            vpmm_capture_begin(c->t.pool, gp, c->a, VPMM_STREAM_CAPTURE_GLOBAL)) == VPMM_SUCCESS) {
+        (void)TRY(c, "vpmm_malloc (captured)", vpmm_malloc(c->t.pool, 3 * PG, c->a, &x));
+        (void)TRY(c, "vpmm_malloc (captured)", vpmm_malloc(c->t.pool, 5000, c->a, &y));
         if (y != NULL)
-            ARMED_THEN_SURE(c, "vpmm_free (captured)", vpmm_free(c->t.pool, y));
-        ARMED_THEN_SURE(c, "vpmm_capture_end", vpmm_capture_end(c->t.pool, c->a, &g));
-        ARMED(c, "vpmm_checkpoint_take", vpmm_checkpoint_take(gp, &ck));
+            TRY_THEN_SURE(c, "vpmm_free (captured)", vpmm_free(c->t.pool, y));
+        TRY_THEN_SURE(c, "vpmm_capture_end", vpmm_capture_end(c->t.pool, c->a, &g));
+        (void)TRY(c, "vpmm_checkpoint_take", vpmm_checkpoint_take(gp, &ck));
         if (ck != NULL) {
-            ARMED(c, "vpmm_checkpoint_reapply", vpmm_checkpoint_reapply(gp, ck, NULL, 0));
+            (void)TRY(c, "vpmm_checkpoint_reapply", vpmm_checkpoint_reapply(gp, ck, NULL, 0));
             vpmm_checkpoint_destroy(ck);
         }
         if (x != NULL)
-            ARMED_THEN_SURE(c, "vpmm_free (graph pool)", vpmm_free(c->t.pool, x));
+            TRY_THEN_SURE(c, "vpmm_free (graph pool)", vpmm_free(c->t.pool, x));
         if (g != NULL)
-            ARMED_THEN_SURE(c, "vpmm_graph_destroy", vpmm_graph_destroy(c->t.pool, g));
+            TRY_THEN_SURE(c, "vpmm_graph_destroy", vpmm_graph_destroy(c->t.pool, g));
     }
-    ARMED_THEN_SURE(c, "vpmm_graph_pool_release", vpmm_graph_pool_release(gp));
+    TRY_THEN_SURE(c, "vpmm_graph_pool_release", vpmm_graph_pool_release(gp));
 }
 
 static void scenario(ctx_t *c)
@@ -204,26 +145,26 @@ static void scenario(ctx_t *c)
     do_malloc(c, 1000, c->a);      /* sub-page */
     do_malloc(c, PG + 4096, c->b); /* another stream */
     if (c->nlive > 1)              /* another stream uses the sub-page block */
-        ARMED(c, "vpmm_record_stream", vpmm_record_stream(c->t.pool, c->live[1], c->b));
+        (void)TRY(c, "vpmm_record_stream", vpmm_record_stream(c->t.pool, c->live[1], c->b));
     vpmm_host_enqueue(c->t.host, c->b);
     do_free_oldest(c);          /* pending on a */
     do_free_oldest(c);          /* deferred on b's work */
     do_malloc(c, 5 * PG, c->b); /* defragments across streams (or grows) */
     do_malloc(c, 300, NULL);    /* the legacy stream */
     vpmm_host_complete_all(c->t.host);
-    ARMED(c, "vpmm_trim", vpmm_trim(c->t.pool, 0, NULL));
+    (void)TRY(c, "vpmm_trim", vpmm_trim(c->t.pool, 0, NULL));
     if (c->t.pool->worker != NULL) {
-        armed = 1;
+        oom_armed = 1;
         vpmm_i_worker_step(c->t.pool); /* its pass: collect, unmap, commit */
-        armed = 0;
+        oom_armed = 0;
         check(c);
     }
     {
         vpmm_stats_t st;
-        ARMED(c, "vpmm_get_stats", vpmm_get_stats(c->t.pool, &st));
+        (void)TRY(c, "vpmm_get_stats", vpmm_get_stats(c->t.pool, &st));
     }
-    ARMED(c, "vpmm_pool_walk", vpmm_pool_walk(c->t.pool, count_region, &regions));
-    ARMED(c, "vpmm_pool_dump", vpmm_pool_dump(c->t.pool, sink));
+    (void)TRY(c, "vpmm_pool_walk", vpmm_pool_walk(c->t.pool, count_region, &regions));
+    (void)TRY(c, "vpmm_pool_dump", vpmm_pool_dump(c->t.pool, sink));
     do_malloc(c, 7 * PG, c->a);
     graphs(c);
     while (c->nlive > 0)
@@ -240,9 +181,8 @@ static unsigned long run_once(unsigned long n, int worker)
     vpmm_options_t opt;
     vpmm_status_t st;
     memset(&c, 0, sizeof c);
-    armed = 0;
-    fail_at = n;
-    calls = refused = 0;
+    oom_start(n);
+    run_n = n;
     /* The test's drivers, unarmed; then the pool's creation, armed (as tpool_open, which checks
      * the new pool at once: that check must not run armed). */
     assert_int_equal(vpmm_host_open(&ho, &c.t.host), VPMM_DRV_OK);
@@ -253,14 +193,12 @@ static unsigned long run_once(unsigned long n, int worker)
     cfg.va_size = 32 * GiB;
     cfg.worker = worker;
     assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
-    armed = 1;
-    st = vpmm_a_pool_create_on(&opt, c.t.fault, 0, &c.t.pool);
-    armed = 0;
+    st = OOM_ARMED(vpmm_a_pool_create_on(&opt, c.t.fault, 0, &c.t.pool));
     assert_clear_status(st, "pool creation");
     if (st != VPMM_SUCCESS) {
         assert_no_driver_leaks(c.t.fault);
         c.t.fault->close(c.t.fault);
-        return refused;
+        return oom_refused();
     }
     if (worker)
         vpmm_i_worker_hold(c.t.pool, 1); /* its pass runs where the scenario says */
@@ -272,7 +210,7 @@ static unsigned long run_once(unsigned long n, int worker)
     if (worker)
         vpmm_i_worker_hold(c.t.pool, 0);
     tpool_close(&c.t);
-    return refused;
+    return oom_refused();
 }
 
 static void sweep(int worker)

@@ -2,7 +2,7 @@
  * test_torch_adapter_oom.c — the PyTorch adapter (torch_adapter.c) when host memory runs out:
  * every malloc, calloc and realloc that the adapter, vpmm and the host backend make during a
  * scenario is refused in turn (the executable is linked with --wrap=malloc,--wrap=calloc,
- * --wrap=realloc; integrations/CMakeLists.txt).
+ * --wrap=realloc and tests/oom_wrap.c; integrations/CMakeLists.txt).
  *
  * For n = 1, 2, 3 ... a fresh pool and device state run the scenario with their n-th allocation
  * refused, until a run refuses none. Each call must succeed or answer a clear status
@@ -26,42 +26,12 @@
 
 #include <cmocka.h>
 
+#include "oom_wrap.h"
 #include "torch_adapter.h"
 
 #define MiB ((size_t)1 << 20)
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t n);
-
-static int armed;
-static unsigned long fail_at, calls, refused;
-
-static int refuse(void)
-{
-    if (!armed || ++calls != fail_at)
-        return 0;
-    refused++;
-    return 1;
-}
-
-void *__wrap_malloc(size_t n)
-{
-    return refuse() ? NULL : __real_malloc(n);
-}
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-    return refuse() ? NULL : __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t n)
-{
-    return refuse() ? NULL : __real_realloc(p, n);
-}
+static unsigned long run_n; /* the allocation this run refuses (messages) */
 
 static const vta_pool_id_t SHARED = { 0, 0 }, TREE = { 0, 1 }, OWN = { 0, 2 };
 
@@ -72,20 +42,19 @@ static void assert_clear(vpmm_status_t st, const char *what)
 {
     if (st != VPMM_SUCCESS && st != VPMM_ERROR_HOST_OUT_OF_MEMORY &&
         st != VPMM_ERROR_OUT_OF_MEMORY && st != VPMM_ERROR_DRIVER)
-        fail_msg("%s with allocation #%lu refused: %s (%s)", what, fail_at, vpmm_status_name(st),
+        fail_msg("%s with allocation #%lu refused: %s (%s)", what, run_n, vpmm_status_name(st),
                  vpmm_last_error());
     assert_int_equal(vpmm_pool_check(pool, stderr), 0);
 }
 
-static vpmm_status_t disarm(vpmm_status_t st, const char *what)
+static vpmm_status_t checked(vpmm_status_t st, const char *what)
 {
-    armed = 0;
     assert_clear(st, what);
     return st;
 }
 
 /* Runs call armed; its status, after the checks. */
-#define ARMED(what, call) (armed = 1, disarm((call), (what)))
+#define ARMED(what, call) checked(OOM_ARMED(call), (what))
 
 /* The same for a call that must end what it began: refused, it is made again unarmed. */
 #define ARMED_THEN_SURE(what, call)                                                                \
@@ -150,10 +119,10 @@ static void scenario(void)
     external_part(s);
     if (ARMED("vta_snapshot", vta_snapshot(&dev, SHARED, 1, &segs, &n)) == VPMM_SUCCESS)
         vta_snapshot_free(segs, n);
-    armed = 1;
+    oom_armed = 1;
     vta_get_stats(&dev, &st);
     (void)vta_empty_cache(&dev);
-    armed = 0;
+    oom_armed = 0;
     assert_int_equal(vpmm_pool_check(pool, stderr), 0);
     if (a != NULL)
         ARMED_THEN_SURE("vta_free", vta_free(&dev, a));
@@ -165,28 +134,27 @@ static unsigned long run_once(unsigned long n)
 {
     vpmm_config_t c;
     int rc;
-    armed = 0;
-    fail_at = n;
-    calls = refused = 0;
+    oom_start(n);
+    run_n = n;
     vpmm_config_init(&c);
     c.backend = VPMM_BACKEND_HOST;
     c.ignore_env = 1;
     c.va_size = (size_t)4 << 30;
     assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
-    armed = 1;
+    oom_armed = 1;
     rc = vta_device_init(&dev, pool, 0);
-    armed = 0;
+    oom_armed = 0;
     if (rc == 0) {
         scenario();
-        armed = 1;
+        oom_armed = 1;
         vta_device_fini(&dev);
-        armed = 0;
+        oom_armed = 0;
     } else {
         assert_int_equal(rc, -1);
     }
     assert_int_equal(vpmm_pool_check(pool, stderr), 0);
     assert_int_equal(vpmm_pool_destroy(pool), VPMM_SUCCESS);
-    return refused;
+    return oom_refused();
 }
 
 static void test_sweep(void **state)
