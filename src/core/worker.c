@@ -143,8 +143,9 @@ static void commit(vpmm_pool_t *p, const unmap_job_t *jobs, size_t n, uint64_t *
     }
 }
 
-/* One pass; returns whether zombies still wait for the GPU. */
-static int pass(vpmm_pool_t *p)
+/* One pass; returns whether zombies still wait for the GPU. on_worker: it runs on the worker's
+ * thread, whose CPU time it then records (vpmm_i_worker_step runs one on a caller's thread). */
+static int pass(vpmm_pool_t *p, int on_worker)
 {
     unmap_job_t *jobs;
     size_t n;
@@ -168,7 +169,8 @@ static int pass(vpmm_pool_t *p)
         if (p->c.zombie_bytes < before)
             vpmm_i_chunk_trim(p); /* a chunk whose last zombie went may be empty now */
     }
-    p->worker_cpu_ns = thread_cpu_ns();
+    if (on_worker)
+        p->worker_cpu_ns = thread_cpu_ns();
     vpmm_i_unlock(p);
     free(jobs);
     return waiting;
@@ -198,7 +200,7 @@ static void *worker_main(void *arg)
         w->kicked = 0;
         w->in_pass = 1;
         pthread_mutex_unlock(&w->mu);
-        const int waiting = pass(w->pool);
+        const int waiting = pass(w->pool, 1);
         poll_ns = !waiting       ? 0
                   : poll_ns == 0 ? WORKER_POLL_MIN_NS
                                  : VPMM_MIN(2 * poll_ns, WORKER_POLL_MAX_NS);
@@ -291,7 +293,7 @@ void vpmm_i_worker_step(vpmm_pool_t *p)
     pthread_mutex_lock(&w->mu);
     VPMM_ASSERT(w->held && !w->in_pass); /* the thread must not run a pass of its own */
     pthread_mutex_unlock(&w->mu);
-    (void)pass(p);
+    (void)pass(p, 0);
 }
 
 void vpmm_i_worker_drain(vpmm_pool_t *p)
