@@ -60,7 +60,7 @@ struct vpmm_worker {
     pthread_mutex_t mu; /* guards the fields below (never held with the pool lock wanted) */
     pthread_cond_t wake, done;
     int kicked, stop, in_pass;
-    int held;        /* vpmm_i_worker_hold: no pass starts (tests) */
+    unsigned held;   /* vpmm_i_worker_hold calls not yet undone (trim, tests): no pass starts */
     uint64_t passes; /* passes completed */
 };
 
