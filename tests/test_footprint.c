@@ -1,9 +1,10 @@
 /*
  * test_footprint.c — the footprint goal, checked on every commit: replaying the recorded PyTorch
  * traces (bench/traces) on the host backend keeps peak mapped memory within 1.03 x peak live bytes
- * (issue 3), every allocation counted; llama_generate, above it, is guarded at its measured value. The synthetic scenarios are replayed too, as regression
- * guards at their measured values (bench/RESULTS.md explains them). Uses the benchmark's trace
- * loader; the replay is the same loop as vpmm-replay's, untimed.
+ * (issue 3), every allocation counted; llama_generate, above it, is guarded at its measured value.
+ * The synthetic scenarios are replayed too, as regression guards at their measured values
+ * (bench/RESULTS.md explains them). Uses the benchmark's trace loader; the replay is the same loop
+ * as vpmm-replay's, untimed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,10 +101,8 @@ static void test_synthetic(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt2_train),
-        cmocka_unit_test(test_bert_infer),
-        cmocka_unit_test(test_llama_t5_train),
-        cmocka_unit_test(test_llama_generate),
+        cmocka_unit_test(test_gpt2_train),     cmocka_unit_test(test_bert_infer),
+        cmocka_unit_test(test_llama_t5_train), cmocka_unit_test(test_llama_generate),
         cmocka_unit_test(test_synthetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
