@@ -387,6 +387,17 @@ void backend_sample_cheap(backend_t *b, backend_sample_t *out)
     }
 }
 
+int backend_page_counters(backend_t *b, uint64_t *created, uint64_t *remapped, size_t *page_size)
+{
+    vpmm_stats_t s;
+    if (b->kind != K_VPMM || vpmm_get_stats(b->pool, &s) != VPMM_SUCCESS)
+        return 0;
+    *created = s.pages_created;
+    *remapped = s.pages_remapped;
+    *page_size = s.page_size;
+    return 1;
+}
+
 void backend_finish(backend_t *b, backend_result_t *out)
 {
     memset(out, 0, sizeof *out);

@@ -81,6 +81,9 @@ backend_rc_t backend_before_free(backend_t *b, void *p, size_t size, size_t stre
 void backend_sample(backend_t *b, backend_sample_t *out);
 /* Only live and device bytes (cheap enough to call after every operation). */
 void backend_sample_cheap(backend_t *b, backend_sample_t *out);
+/* vpmm only: the pool's pages created and remapped so far (what its slow paths did). Returns 0
+ * (counters untouched) for every other backend. Untimed: vpmm_get_stats takes the pool lock. */
+int backend_page_counters(backend_t *b, uint64_t *created, uint64_t *remapped, size_t *page_size);
 /* Waits for the device, then fills the result. */
 void backend_finish(backend_t *b, backend_result_t *out);
 void backend_close(backend_t *b);

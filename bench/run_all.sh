@@ -61,6 +61,14 @@ for t in bench/traces/*.trace.gz; do
     fi
   fi
 done
+# Handle size against footprint (VPMM_HANDLE_PAGES; RESULTS.md "Handle size"): two runs each.
+if [ $gpu = 1 ]; then
+  for t in bench/traces/*.trace.gz; do
+    for n in 4 8 16; do
+      for r in 1 2; do emit "hp$n#$r" "$(VPMM_HANDLE_PAGES=$n replay_json --backend cuda "$t")"; done
+    done
+  done
+fi
 # The exact-size cache's cap: footprint against hot path (host backend, deterministic footprint).
 for c in 0 2 5 10 20 50 100; do
   for t in bench/traces/gpt2_train.trace.gz bench/traces/bert_infer.trace.gz; do

@@ -41,13 +41,46 @@ def totals(by, t, k):
     return [r["alloc_ms_total"] for r in by.get((t, k), []) if "alloc_ms_total" in r]
 
 
+def slow(rs):
+    """Mallocs above 2 ms (median over runs); for vpmm, how many of them grew the pool by more than
+    1 GiB (issue 13's exception) and what the slowest one asked for and did."""
+    if not all("malloc_over_2ms" in r for r in rs):
+        return "—"
+    cell = f"{median(r['malloc_over_2ms'] for r in rs):.0f}"
+    if all("malloc_over_2ms_big_growth" in r for r in rs):
+        r = max(rs, key=lambda r: r["malloc_ns_max"])
+        cell += (f" ({median(x['malloc_over_2ms_big_growth'] for x in rs):.0f} > 1 GiB growth; slowest:"
+                 f" {r['malloc_max_size'] / 2**20:.0f} MiB, {r['malloc_max_pages_created']} pages"
+                 f" created, {r['malloc_max_pages_remapped']} remapped)")
+    return cell
+
+
+def handle_pages(by, traces):
+    """VPMM_HANDLE_PAGES=N runs (run tags hpN#r): total (ms) / malloc p99 (µs) / footprint."""
+    ns = sorted({int(k[2:]) for (_, k) in by if k.startswith("hp") and k[2:].isdigit()})
+    if not ns:
+        return
+    print("\n## Handle size (VPMM_HANDLE_PAGES): total (ms) / malloc p99 (µs) / footprint\n")
+    print("| trace | N = 1 (default) |" + "".join(f" N = {n} |" for n in ns))
+    print("|---|---|" + "---|" * len(ns))
+    for t in traces:
+        cells = []
+        for k in ["cuda"] + [f"hp{n}" for n in ns]:
+            rs = [r for r in by.get((t, k), []) if "alloc_ms_total" in r]
+            cells.append(f"{median(r['alloc_ms_total'] for r in rs):.1f} / "
+                         f"{median(r['malloc_ns_p99'] for r in rs) / 1e3:.1f} / {footprint(rs[0])}"
+                         if rs else "—")
+        print(f"| {t} | " + " | ".join(cells) + " |")
+
+
 def anchors(by, traces, torch):
     """vpmm against PyTorch's caching allocator: every backend's total, tails and footprint, then
     vpmm's total allocator time over each anchor's (below 1: vpmm spends less)."""
     kinds = (("cuda", "vpmm (cuda)"), ("async", "cudaMallocAsync"), ("malloc", "cudaMalloc")) + tuple(torch)
     print("\n## Against PyTorch's caching allocator: total allocator time (ms), p99 / max (µs), footprint\n")
-    print("| trace | backend | malloc+free total | malloc p99 / max | free p99 / max | footprint |")
-    print("|---|---|---|---|---|---|")
+    print("| trace | backend | malloc+free total | malloc p99 / max | free p99 / max | mallocs > 2 ms |"
+          " footprint |")
+    print("|---|---|---|---|---|---|---|")
     for t in traces:
         for k, name in kinds:
             rs = by.get((t, k))
@@ -60,7 +93,7 @@ def anchors(by, traces, torch):
                 return (f"{median(r[f'{field}_ns_p99'] for r in rs) / 1e3:.1f} / "
                         f"{median(r[f'{field}_ns_max'] for r in rs) / 1e3:.0f}")
             print(f"| {t} | {name} | {rng(tot, '{:.1f}') if tot else '—'} | {tail('malloc')} | "
-                  f"{tail('free')} | {footprint(rs[0])} |")
+                  f"{tail('free')} | {slow(rs)} | {footprint(rs[0])} |")
     print("\n| trace |" + "".join(f" vpmm total / {name} total |" for _, name in torch))
     print("|---|" + "---|" * len(torch))
     for t in traces:
@@ -136,6 +169,7 @@ def main():
 
     if torch:
         anchors(by, traces, torch)
+    handle_pages(by, traces)
 
     cache = [r for r in replays if r["run"].startswith("cache")]
     if cache:
