@@ -18,7 +18,8 @@
  * page; the mallocs above 2 ms and, for vpmm, how many of them grew the pool by more than 1 GiB
  * (issue 13's single-call goal and its exception), and what the slowest malloc asked for and did
  * (pages created and remapped: vpmm's counters, read untimed after each malloc that left the fast
- * path); and the background CPU time: the process's CPU time during the replay minus the replay
+ * path); the total of the trace's second half (past a training program's warm-up); and the
+ * background CPU time: the process's CPU time during the replay minus the replay
  * thread's own (CLOCK_PROCESS_CPUTIME_ID - CLOCK_THREAD_CPUTIME_ID), so that work another thread
  * does for the allocator (a driver's or a future worker's) is reported, never hidden. Without
  * --verify no allocation is touched, so an 8 GB trace replays on the host backend in a few MB of
@@ -150,6 +151,9 @@ typedef struct result {
     size_t mallocs, frees, ooms;
     uint32_t malloc_med, malloc_p99, malloc_max, free_med, free_p99, free_max;
     uint64_t malloc_total, free_total; /* ns: the sums of all malloc / free durations */
+    /* ns: the same over the trace's second half (operations nops/2 onwards): past a program's
+     * warm-up (a training trace's first steps grow the memory; later steps reuse it). */
+    uint64_t late_total;
     uint64_t thread_cpu_ns, bg_cpu_ns; /* the replay thread's CPU time; everyone else's */
     /* Mallocs above SLOW_CALL_NS; of them, those that grew the pool by more than
      * BIG_GROWTH_BYTES (vpmm only: the goal's exception). The slowest malloc: its request, and
@@ -195,6 +199,7 @@ static int replay(const trace_t *t, backend_t *b, const options_t *o, result_t *
     uint64_t t0 = timing_now_ns();
     uint64_t proc0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID), thr0 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
     uint64_t proc1, thr1, created0 = 0, remapped0 = 0;
+    size_t late_m = 0, late_f = 0; /* the first malloc and free of the second half */
     size_t page_size = 0;
 
     memset(r, 0, sizeof *r);
@@ -206,6 +211,10 @@ static int replay(const trace_t *t, backend_t *b, const options_t *o, result_t *
     }
     for (size_t i = 0; i < t->nops && rc == 0; i++) {
         const trace_op_t *op = &t->ops[i];
+        if (i == t->nops / 2) {
+            late_m = r->mallocs;
+            late_f = r->frees;
+        }
         if (op->kind == TRACE_ALLOC) {
             uint64_t a = timing_ticks();
             backend_rc_t e = backend_malloc(b, op->size, op->stream, &ptr[op->slot]);
@@ -270,10 +279,13 @@ static int replay(const trace_t *t, backend_t *b, const options_t *o, result_t *
     for (size_t s = 0; s < t->nslots; s++)
         if (ptr[s] != NULL)
             backend_free(b, ptr[s], 0, 0);
-    for (size_t i = 0; i < r->mallocs; i++)
+    for (size_t i = 0; i < r->mallocs; i++) {
         r->malloc_total += mt[i];
+        r->late_total += i >= late_m ? mt[i] : 0;
+    }
     for (size_t i = 0; i < r->frees; i++) {
         r->free_total += ft[i];
+        r->late_total += i >= late_f ? ft[i] : 0;
         if (ft[i] > r->free_max)
             r->free_max = ft[i];
     }
@@ -333,6 +345,7 @@ static void print_json(const options_t *o, const trace_t *t, const backend_t *b,
            (unsigned long long)r->malloc_total, (unsigned long long)r->free_total,
            (double)(r->malloc_total + r->free_total) / 1e6, r->free_max,
            (double)r->thread_cpu_ns / 1e6, (double)r->bg_cpu_ns / 1e6);
+    printf(", \"alloc_ms_second_half\": %.3f", (double)r->late_total / 1e6);
     printf(", \"malloc_over_2ms\": %zu, \"malloc_max_size\": %zu", r->slow_calls, r->max_size);
     if (r->have_pages)
         printf(", \"malloc_over_2ms_big_growth\": %zu, \"malloc_max_pages_created\": %llu, "
@@ -398,9 +411,11 @@ static void print_table(const options_t *o, const trace_t *t, const backend_t *b
     printf("  %-22s %.3f ms (malloc %.3f, free %.3f)\n", "allocator time total",
            (double)(r->malloc_total + r->free_total) / 1e6, (double)r->malloc_total / 1e6,
            (double)r->free_total / 1e6);
+    printf("  %-22s %.3f ms\n", "  of it, second half", (double)r->late_total / 1e6);
     printf("  %-22s %.3f s\n", "wall time", r->wall_s);
     printf("  %-22s %.3f ms replay thread, %.3f ms background (other threads)\n", "CPU time",
            (double)r->thread_cpu_ns / 1e6, (double)r->bg_cpu_ns / 1e6);
+    printf(", \"alloc_ms_second_half\": %.3f", (double)r->late_total / 1e6);
     printf(", \"malloc_over_2ms\": %zu, \"malloc_max_size\": %zu", r->slow_calls, r->max_size);
     if (r->have_pages)
         printf(", \"malloc_over_2ms_big_growth\": %zu, \"malloc_max_pages_created\": %llu, "

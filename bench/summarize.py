@@ -55,6 +55,27 @@ def slow(rs):
     return cell
 
 
+def second_half(by, traces, torch):
+    """The total allocator time of each trace's second half (operations nops/2 onwards: past a
+    training program's warm-up, in which it grows its memory), every backend, and vpmm's ratio."""
+    kinds = (("cuda", "vpmm (cuda)"), ("async", "cudaMallocAsync")) + tuple(torch)
+    def half(t, k):
+        return [r["alloc_ms_second_half"] for r in by.get((t, k), []) if "alloc_ms_second_half" in r]
+    if not any(half(t, "cuda") for t in traces):
+        return
+    print("\n## The second half of each trace: total allocator time (ms)\n")
+    print("| trace |" + "".join(f" {name} |" for _, name in kinds) +
+          "".join(f" vpmm / {name} |" for _, name in torch))
+    print("|---|" + "---|" * (len(kinds) + len(torch)))
+    for t in traces:
+        v = half(t, "cuda")
+        cells = [rng(half(t, k), "{:.1f}") if half(t, k) else "—" for k, _ in kinds]
+        for k, _ in torch:
+            a = half(t, k)
+            cells.append(f"{median(v) / median(a):.2f}" if v and a and median(a) > 0 else "—")
+        print(f"| {t} | " + " | ".join(cells) + " |")
+
+
 def handle_pages(by, traces):
     """VPMM_HANDLE_PAGES=N runs (run tags hpN#r): total (ms) / malloc p99 (µs) / footprint."""
     ns = sorted({int(k[2:]) for (_, k) in by if k.startswith("hp") and k[2:].isdigit()})
@@ -169,6 +190,7 @@ def main():
 
     if torch:
         anchors(by, traces, torch)
+    second_half(by, traces, torch)
     handle_pages(by, traces)
 
     cache = [r for r in replays if r["run"].startswith("cache")]

@@ -253,6 +253,9 @@ class BenchTools(unittest.TestCase):
         self.assertEqual(j["pages_created"], j["malloc_max_pages_created"] + 1)  # the 4 KiB one
         self.assertLessEqual(j["malloc_over_2ms_big_growth"], j["malloc_over_2ms"])
         self.assertEqual(j["malloc_over_2ms_big_growth"], j["malloc_over_2ms"])  # only the growth
+        # The second half of this trace is its two frees: their time only, the growth left out.
+        self.assertGreater(j["alloc_ms_second_half"], 0)
+        self.assertLessEqual(j["alloc_ms_second_half"], j["free_ns_total"] / 1e6 + 1e-3)
         # A trace that remaps: the slowest call's figures stay within the replay's totals.
         j = json.loads(self.replay("--json", self.write("grow.trace", trace_text(n=40))).stdout)
         self.assertLessEqual(j["malloc_max_pages_created"], j["pages_created"])
