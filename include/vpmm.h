@@ -163,6 +163,11 @@ typedef struct vpmm_config {
                            (an H100: ~40 us to create and grant access, ~45 us to move), but a
                            handle moves only whole: larger ones make growth and defragmentation
                            cheaper and the footprint larger (bench/RESULTS.md, "Handle size") */
+    size_t small_bytes;  /* VPMM_SMALL_BYTES; 0 (default) = an eighth of the page size (256 KiB
+                            on an H100); requests smaller than this are placed in pages of their
+                            own (a VA chunk of their own), so that small blocks that outlive large
+                            ones do not pin the large blocks' pages; at most the page size; 1 = no
+                            size classes (VPMM_SMALL_BYTES=0 says the same) */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */
@@ -206,6 +211,10 @@ typedef struct vpmm_stats {
                                     one cuMemUnmap) */
     uint64_t worker_cpu_ns;      /* CPU time its thread used, as of its last pass: work moved
                                     off the callers' path, still paid for */
+    size_t small_bytes;          /* requests below this many bytes (rounded) get pages of their
+                                    own (VPMM_SMALL_BYTES; 1: no size classes) */
+    uint64_t class_fallbacks;    /* mallocs served from free memory of the other size class
+                                    because the cap or the device refused new pages */
 } vpmm_stats_t;
 
 /* A graph pool's statistics (vpmm_graph_pool_stats); its share of the pool's vpmm_stats_t. */

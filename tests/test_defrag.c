@@ -404,7 +404,8 @@ static void test_refused_burst_retries_needed_pages(void **state)
 static void test_harvest_whole_handles_only(void **state)
 {
     tpool_t t;
-    tpool_params_t prm = { .memory_limit = 1 * GiB + 64 * MiB };
+    /* No size classes: the premise is a small block inside the big handle. */
+    tpool_params_t prm = { .memory_limit = 1 * GiB + 64 * MiB, .small_bytes = 1 };
     void *big, *small, *x;
     (void)state;
     tpool_open(&t, &prm);

@@ -99,7 +99,7 @@ static void test_scenario(void **state)
 #ifndef VPMM_HAVE_NVTX
     skip(); /* built with VPMM_NVTX=OFF: nothing to see */
 #endif
-    tpool_open(&t, NULL);
+    tpool_open(&t, &(tpool_params_t){ .small_bytes = 1 }); /* one chunk, one heap (no classes) */
     attach();
     s = vpmm_host_stream_create(t.host);
 

@@ -155,7 +155,9 @@ static void test_movable_pages_only(void **state)
     char buf[2048];
     void *big, *x, *small, *p = NULL;
     (void)state;
-    tpool_open(&t, &(tpool_params_t){ .memory_limit = 1 * GiB + 8 * MiB, .cache_percent = -1 });
+    /* No size classes: the premise is a small block inside the big handle. */
+    tpool_open(&t, &(tpool_params_t){
+                       .memory_limit = 1 * GiB + 8 * MiB, .cache_percent = -1, .small_bytes = 1 });
     s = vpmm_host_stream_create(t.host);
     c = vpmm_host_stream_create(t.host);
     x = tmalloc(t.pool, 4 * MiB, c); /* two one-page handles */

@@ -23,11 +23,17 @@ static void test_counters(void **state)
     assert_int_equal(s.allocated_bytes, 1024 + 3 * MiB);
     assert_int_equal(s.live_allocs, 2);
     assert_int_equal(s.mallocs, 2);
-    assert_int_equal(s.mapped_bytes, 4 * MiB);
-    assert_int_equal(s.free_bytes, 4 * MiB - 1024 - 3 * MiB);
-    assert_int_equal(s.reserved_va_bytes, 32 * GiB);
-    assert_int_equal(s.hole_bytes, 32 * GiB - 4 * MiB);
-    assert_int_equal(s.pages_created, 2);
+    /* The 1000 bytes are small (under an 8th of a page): a page of their own, in a chunk of
+     * their own (32 GiB here: the small class's 64 GiB, capped by the test pool's VA size);
+     * the 3 MiB take two pages of the large chunk. */
+    assert_int_equal(s.small_bytes, 256 * KiB);
+    assert_int_equal(s.mapped_bytes, 6 * MiB);
+    assert_int_equal(s.free_bytes, 6 * MiB - 1024 - 3 * MiB);
+    assert_int_equal(s.reserved_va_bytes, 64 * GiB);
+    assert_int_equal(s.hole_bytes, 64 * GiB - 6 * MiB);
+    assert_int_equal(s.va_chunks, 2);
+    assert_int_equal(s.pages_created, 3);
+    assert_int_equal(s.class_fallbacks, 0);
     assert_int_equal(s.grows, 2);
     assert_int_equal(s.streams, 1);
     tfree(t.pool, a);

@@ -49,6 +49,8 @@ typedef struct tpool_params {
     int driver_stats;       /* VPMM_DRIVER_STATS: the counting decorator over the fault one */
     int worker;             /* VPMM_WORKER: 1 = the background worker (off by default) */
     size_t handle_pages;    /* VPMM_HANDLE_PAGES: 0 = the default (1) */
+    size_t small_bytes;     /* VPMM_SMALL_BYTES: 0 = the default (an 8th of a page), 1 = no size
+                               classes (tests whose layouts mix small and large blocks in a page) */
 } tpool_params_t;
 
 /* Opens a test pool; fails the test on error. */

@@ -76,7 +76,7 @@ static void test_empty_chunks_trimmed_but_not_last(void **state)
     assert_int_equal(tstats(t.pool).va_chunks, 2);
     /* An empty chunk beyond the first is given back. */
     vpmm_i_lock(t.pool);
-    assert_int_equal(vpmm_i_chunk_add(t.pool, &t.pool->shared, 0, &second), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_chunk_add(t.pool, &t.pool->shared, 0, 0, &second), VPMM_SUCCESS);
     assert_int_equal(t.pool->chunk_count, 3);
     vpmm_i_chunk_trim(t.pool);
     assert_int_equal(t.pool->chunk_count, 2);

@@ -1,5 +1,5 @@
 /*
- * check.c — vpmm_pool_check: validates exactly the invariants I1–I9 written above the structs in
+ * check.c — vpmm_pool_check: validates exactly the invariants I1–I13 written above the structs in
  * pool.h and returns how many are violated (each described on `report`).
  *
  * It recomputes everything from the region lists — byte sums, per-stream reference counts, the
@@ -120,6 +120,12 @@ static void check_region(const vpmm_pool_t *p, const vpmm_region_t *r, sums_t *s
         else
             check_uses(r, refs, k);
     }
+    /* I13: an indexed FREE or HOLE region's tree key is its size and its chunk's class. */
+    if ((r->state == VPMM_REGION_HOLE ||
+         (r->state == VPMM_REGION_FREE && !r->cached && !r->uses)) &&
+        r->node.k1 != (r->chunk->small ? VPMM_KEY_SMALL | r->size : r->size))
+        fail(k, "I13: region 0x%" PRIxPTR "+%zu is keyed %#" PRIx64 " in its tree", r->addr,
+             r->size, r->node.k1);
     if (r->busy && (r->state != VPMM_REGION_ZOMBIE || p->worker == NULL))
         fail(k, "I12: region 0x%" PRIxPTR " is busy but %s", r->addr,
              p->worker == NULL ? "the pool has no worker" : "not a zombie");
@@ -272,6 +278,8 @@ static void check_chunks(const vpmm_pool_t *p, sums_t *s, arena_sums_t *as, size
             fail(k, "I9: chunk %u belongs to an arena the pool does not list", c->index);
             continue;
         }
+        if (c->small && c->arena->priv)
+            fail(k, "I13: chunk %u of a graph pool is small", c->index);
         a->va += c->size;
         a->chunks++;
         for (const vpmm_region_t *r = c->first; r; prev = r, r = r->next) {

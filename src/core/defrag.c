@@ -216,7 +216,8 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
 
     vpmm_i_nvtx_push(plan->npages > nnew ? VPMM_NVTX_DEFRAG : VPMM_NVTX_GROW, plan->npages * pg);
     if (plan->hole == NULL) {
-        VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, plan->arena, plan->npages * pg, &chunk), fail);
+        VPMM_CHECK_GOTO(
+            st, vpmm_i_chunk_add(p, plan->arena, plan->npages * pg, plan->small, &chunk), fail);
         vpmm_i_plan_place_in(p, plan, chunk->first);
     }
     /* Zombie guards: the marker covering each pending run must exist. */

@@ -229,6 +229,7 @@ const vpmm_env_var_t vpmm_i_env_vars[] = {
     { "VPMM_DRIVER_STATS", NULL },
     { "VPMM_WORKER", NULL },
     { "VPMM_HANDLE_PAGES", NULL },
+    { "VPMM_SMALL_BYTES", NULL },
     { "VPMM_TORCH_ENABLE", "integrations/pytorch/autoenable/sitecustomize.py" },
     { "VPMM_TORCH_BACKEND", "integrations/pytorch/vpmm/torch.py" },
     { "VPMM_TORCH_LIB", "samples/pytorch/train_and_graph.py" },
@@ -339,6 +340,8 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_options_t o;
     size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0, env_cache = 0;
     size_t env_max = 0, env_verbose = 0, env_dstats = 0, env_worker = 0, env_hpages = 0;
+    size_t env_small = 0;
+    vpmm_option_source_t small_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t page_src = VPMM_FROM_DEFAULT, va_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t cache_src = VPMM_FROM_DEFAULT, max_src = VPMM_FROM_DEFAULT;
@@ -413,6 +416,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
         VPMM_CHECK(env_number("VPMM_WORKER", &env_worker, &worker_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_HANDLE_PAGES", &env_hpages, &hpages_src, 1, 1,
                               VPMM_HANDLE_PAGES_MAX, "expected 1 to 512"));
+        VPMM_CHECK(env_number("VPMM_SMALL_BYTES", &env_small, &small_src, 0, 0, SIZE_MAX, ""));
         VPMM_CHECK(env_default_stream(&env_default));
         if (getenv("VPMM_TRACE_FILE") != NULL && getenv("VPMM_TRACE_FILE")[0] == '\0') {
             vpmm_i_set_error("VPMM_TRACE_FILE='': expected a file name");
@@ -457,6 +461,15 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     o.handle_pages = config->handle_pages          ? config->handle_pages
                      : hpages_src == VPMM_FROM_ENV ? env_hpages
                                                    : 1;
+    /* Size classes: 0 = the default, set once the page size is known; 1 = none (no request is
+     * smaller than one byte), which VPMM_SMALL_BYTES=0 asks for too. */
+    if (config->small_bytes != 0) {
+        o.small_bytes = config->small_bytes;
+        o.small_bytes_src = VPMM_FROM_CONFIG;
+    } else if (small_src == VPMM_FROM_ENV) {
+        o.small_bytes = env_small != 0 ? env_small : 1;
+        o.small_bytes_src = VPMM_FROM_ENV;
+    }
     if (config->trace_file != NULL) {
         o.trace_file = config->trace_file;
         o.trace_file_src = VPMM_FROM_CONFIG;
@@ -510,6 +523,14 @@ vpmm_status_t vpmm_i_options_finish(vpmm_options_t *o, size_t granularity)
                          knob(o->va_size_src, "VPMM_VA_SIZE", "config.va_size"), o->va_size,
                          vpmm_i_format_bytes(o->page_size, a, sizeof a));
         return knob_status(o->va_size_src);
+    }
+    if (o->small_bytes == 0) {
+        o->small_bytes = VPMM_MAX(o->page_size / VPMM_SMALL_PAGE_FRACTION, (size_t)1);
+    } else if (o->small_bytes > o->page_size) {
+        vpmm_i_set_error("%s=%zu: more than one page (%s); small blocks share pages",
+                         knob(o->small_bytes_src, "VPMM_SMALL_BYTES", "config.small_bytes"),
+                         o->small_bytes, vpmm_i_format_bytes(o->page_size, a, sizeof a));
+        return knob_status(o->small_bytes_src);
     }
     if (o->max_bytes != 0) {
         /* The cap counts whole pages (what the pool maps); below one page nothing fits. */

@@ -21,6 +21,12 @@
                                                                         footprint vs hot path,     \
                                                                         measured */
 
+/* Requests smaller than page size / this are "small" by default and get pages of their own:
+ * 256 KiB with 2 MiB pages. Screened on every trace (bench/RESULTS.md, "Small blocks in pages of
+ * their own"): an 8th held as little as or less than a 32nd, a 16th and a 4th on every trace but
+ * one (within a page there), with the least driver work. */
+#define VPMM_SMALL_PAGE_FRACTION 8
+
 /* Where each setting came from, so an error can name the knob the user actually touched. */
 typedef enum vpmm_option_source {
     VPMM_FROM_DEFAULT = 0,
@@ -41,9 +47,12 @@ typedef struct vpmm_options {
     int driver_stats;       /* wrap the backend in the counting decorator (api/create.c) */
     int worker;             /* a background thread unmaps zombies (worker.c) */
     size_t handle_pages;    /* the most pages an ordinary growth puts in one handle (policy.c) */
+    size_t small_bytes;     /* requests below this get pages of their own (policy.c); 0 until
+                               finished (then an eighth of the page); 1 = no size classes */
     int per_thread_default; /* stream 0 is the calling thread's per-thread stream (stream.c) */
     const char *trace_file; /* NULL: no recording (record.c); valid during vpmm_pool_create */
     vpmm_option_source_t page_size_src, va_size_src, prealloc_src, max_bytes_src, trace_file_src;
+    vpmm_option_source_t small_bytes_src;
 } vpmm_options_t;
 
 /*

@@ -45,14 +45,14 @@ static vpmm_region_t *better(vpmm_region_t *a, vpmm_region_t *b)
     return b->addr < a->addr ? b : a;
 }
 
-vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
+/* Best fit in a shared tree within the request's size class (I13): the first region whose key is
+ * at least the request's; a large request's search ends where the small keys begin. */
+static vpmm_region_t *fit_shared(const vpmm_rbtree_t *t, uint64_t key)
 {
-    vpmm_region_t *own = region_of(vpmm_rb_lower_bound(&s->free_tree, size, 0));
-    vpmm_region_t *ready = region_of(vpmm_rb_lower_bound(&p->shared.ready, size, 0));
-    /* On a tie prefer the caller's own memory: ready memory serves every stream. */
-    if (own && ready && ready->size == own->size)
-        return own;
-    return better(own, ready);
+    vpmm_rb_node_t *n = vpmm_rb_lower_bound(t, key, 0);
+    if (n == NULL || ((n->k1 ^ key) & VPMM_KEY_SMALL))
+        return NULL;
+    return region_of(n);
 }
 
 vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size)
@@ -66,15 +66,41 @@ vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *
     return better(own, ready);
 }
 
-vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
+static vpmm_region_t *fit_nowait_key(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t key)
+{
+    vpmm_region_t *own = fit_shared(&s->free_tree, key);
+    vpmm_region_t *ready = fit_shared(&p->shared.ready, key);
+    /* On a tie prefer the caller's own memory: ready memory serves every stream. */
+    if (own && ready && ready->size == own->size)
+        return own;
+    return better(own, ready);
+}
+
+static vpmm_region_t *fit_wait_key(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t key)
 {
     vpmm_region_t *best = NULL;
     vpmm_strm_t *lists[2] = { p->streams, p->retired };
     for (int l = 0; l < 2; l++)
         for (vpmm_strm_t *t = lists[l]; t; t = t->next)
             if (t != s)
-                best = better(best, region_of(vpmm_rb_lower_bound(&t->free_tree, size, 0)));
+                best = better(best, fit_shared(&t->free_tree, key));
     return best;
+}
+
+vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
+{
+    return fit_nowait_key(p, s, vpmm_i_fit_key(p, size));
+}
+
+vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
+{
+    return fit_wait_key(p, s, vpmm_i_fit_key(p, size));
+}
+
+vpmm_region_t *vpmm_i_fit_across(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, int wait)
+{
+    const uint64_t key = vpmm_i_fit_key(p, size) ^ VPMM_KEY_SMALL;
+    return wait ? fit_wait_key(p, s, key) : fit_nowait_key(p, s, key);
 }
 
 void vpmm_i_plan_fini(vpmm_plan_t *plan)
@@ -154,8 +180,13 @@ static void choose_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t supp
 {
     const size_t pg = p->page_size;
     span_search_t q = { plan, supply, 0 };
+    /* A small request of the shared arena maps its pages in a small chunk, any other in a large
+     * one (I13): the holes of the other class are not candidates. */
+    plan->small = !plan->arena->priv && vpmm_i_is_small(p, size);
     for (vpmm_rb_node_t *n = vpmm_rb_first(&plan->arena->holes); n; n = vpmm_rb_next(n)) {
         vpmm_region_t *h = region_of(n);
+        if (h->chunk->small != plan->small)
+            continue;
         vpmm_region_t *f = usable(h->prev, s) ? h->prev : NULL;
         vpmm_region_t *g = usable(h->next, s) ? h->next : NULL;
         size_t hp = h->size / pg, k;
@@ -230,10 +261,12 @@ static vpmm_status_t harvest_from(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region
 
 static vpmm_status_t harvest_tree(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_rbtree_t *t, size_t *need)
 {
-    /* Ascending size: fragments first. Regions smaller than a page have no full page. */
+    /* Ascending size: fragments first (the large class, then the small one: I13). Regions smaller
+     * than a page have no full page. */
     for (vpmm_rb_node_t *n = vpmm_rb_lower_bound(t, p->page_size, 0); n && *need;
          n = vpmm_rb_next(n))
-        VPMM_CHECK(harvest_from(p, plan, region_of(n), need));
+        if (region_of(n)->size >= p->page_size)
+            VPMM_CHECK(harvest_from(p, plan, region_of(n), need));
     return VPMM_SUCCESS;
 }
 
@@ -278,6 +311,8 @@ static vpmm_status_t harvest_others(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t 
                 continue;
             for (vpmm_rb_node_t *nd = vpmm_rb_lower_bound(&t->free_tree, p->page_size, 0); nd;
                  nd = vpmm_rb_next(nd)) {
+                if (region_of(nd)->size < p->page_size)
+                    continue; /* a small chunk's fragment (I13): no whole page */
                 if (VPMM_GROW(cand, cap, n + 1, 64) != 0) {
                     vpmm_i_set_error("out of host memory for a defragmentation plan");
                     free(cand);

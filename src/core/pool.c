@@ -167,7 +167,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     VPMM_CHECK_GOTO(st, vpmm_i_options_finish(&p->opt, gran), fail_pool);
     p->page_size = p->opt.page_size;
     vpmm_i_cache_limit_update(p);
-    VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &p->shared, 0, &c), fail_pool);
+    VPMM_CHECK_GOTO(st, vpmm_i_chunk_add(p, &p->shared, 0, 0, &c), fail_pool);
     if (p->opt.prealloc_pages > 0)
         VPMM_CHECK_GOTO(st, preallocate(p, p->opt.prealloc_pages), fail_teardown);
     VPMM_CHECK_GOTO(st, vpmm_i_record_open(p), fail_teardown);
@@ -243,8 +243,8 @@ static size_t precreated_bytes(const vpmm_precreated_t *pre)
  * is planned again under the lock — memory may have been freed or taken in between — and the new
  * plan takes the handles it can use from `pre`; the caller releases the rest without the lock.
  */
-static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out,
-                                 vpmm_precreated_t *pre)
+static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
+                                          vpmm_region_t **out, vpmm_precreated_t *pre)
 {
     vpmm_plan_t plan;
     vpmm_region_t *r;
@@ -293,7 +293,7 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
             vpmm_i_set_error("vpmm_malloc: out of host memory for bookkeeping");
             return VPMM_ERROR_HOST_OUT_OF_MEMORY;
         }
-        return malloc_slow(p, s, rsize, out, pre);
+        return malloc_slow_in_class(p, s, rsize, out, pre);
     }
     st = vpmm_i_defrag(p, s, &plan, pre, out);
     vpmm_i_plan_fini(&plan);
@@ -310,6 +310,37 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     if (p->worker != NULL && p->zombie_head != NULL)
         vpmm_i_worker_kick(p); /* this defragmentation's zombies */
     return st;
+}
+
+/*
+ * The slow path, then — when memory ran short (the cap, or the device), which only the size
+ * classes (I13) can cause where free memory of the other class would fit — a free region of the
+ * other class: size classes trade placement for footprint, never an out-of-memory the pool would
+ * not otherwise report. Own and ready memory first, then other streams' (a GPU-side wait).
+ */
+static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out,
+                                 vpmm_precreated_t *pre)
+{
+    vpmm_status_t st = malloc_slow_in_class(p, s, rsize, out, pre);
+    vpmm_region_t *r;
+    if (st != VPMM_ERROR_OUT_OF_MEMORY || p->opt.small_bytes <= 1)
+        return st;
+    r = vpmm_i_fit_across(p, s, rsize, 0);
+    if (r == NULL && vpmm_i_stream_may_wait(p, s)) {
+        r = vpmm_i_fit_across(p, s, rsize, 1);
+        if (r != NULL &&
+            (vpmm_i_stream_mark(p, r->stream, r->seq) != VPMM_SUCCESS ||
+             vpmm_i_drv_status(p, p->drv->stream_wait_event(
+                                      p->drv, s->handle,
+                                      vpmm_i_stream_marker(r->stream, r->seq))) != VPMM_SUCCESS))
+            return st;
+        p->c.cross_stream_waits += r != NULL;
+    }
+    if (r == NULL)
+        return st;
+    p->c.class_fallbacks++;
+    *out = r;
+    return VPMM_SUCCESS;
 }
 
 /*

@@ -59,6 +59,10 @@
  *      a stream's refs count its uses too.
  *  I12 Worker: only ZOMBIE regions are busy, and only in a pool with a background worker (a busy
  *      zombie's mappings are being unmapped without the pool lock: I3 still lists them).
+ *  I13 Size classes: only shared chunks are small; an indexed FREE or HOLE region's tree key is
+ *      its size, plus VPMM_KEY_SMALL in a small chunk. (Placement, not an invariant: a small
+ *      request is served in a small chunk and any other in a large one, unless memory ran short:
+ *      then free memory of the other class serves, counted in class_fallbacks.)
  */
 #ifndef VPMM_POOL_H
 #define VPMM_POOL_H
@@ -104,6 +108,7 @@ struct vpmm_chunk {
     unsigned index;       /* reservation order, for dumps */
     void *nvtx_heap;      /* its NVTX heap (nvtx.h), registered at its first allocation */
     int nvtx_tried;       /* that registration was attempted (a tool may decline: NULL) */
+    int small;            /* holds the shared arena's small requests only (size classes, I13) */
     vpmm_region_t *first; /* lowest region */
     vpmm_chunk_t *next;
 };
@@ -180,7 +185,8 @@ typedef struct vpmm_counters {
     size_t free_bytes, hole_bytes, zombie_bytes, reserved_va_bytes;
     uint64_t live_allocs, mallocs, frees, defrags, pages_remapped, pages_created;
     uint64_t pages_released, grows, ooms, cross_stream_waits, handles_created;
-    uint64_t pages_taken; /* a private arena's pages taken over from the shared arena */
+    uint64_t pages_taken;     /* a private arena's pages taken over from the shared arena */
+    uint64_t class_fallbacks; /* mallocs served in the other size class, memory short (I13) */
 } vpmm_counters_t;
 
 /* A private arena's pending FREE regions of one stream (I7). */
@@ -387,6 +393,26 @@ vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr);
 /* Marks an unindexed region FREE: pending on s (seq = its next marker) or ready if s is NULL. */
 void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s);
 
+/*
+ * Size classes (docs/ALGORITHM.md, "Small blocks in pages of their own"). A request of fewer than
+ * opt.small_bytes (rounded) bytes is small: in the shared arena it lives in small chunks, the
+ * others in large ones, so no page holds both. One tree serves both classes: a region's key is its
+ * size, plus VPMM_KEY_SMALL in a small chunk, so the large regions come first and a best fit is one
+ * lower_bound in either class. Graph pools have one class (their chunks are large).
+ */
+#define VPMM_KEY_SMALL ((uint64_t)1 << 63)
+
+static inline int vpmm_i_is_small(const vpmm_pool_t *p, size_t rsize)
+{
+    return rsize < p->opt.small_bytes;
+}
+
+/* The tree key a best fit for rsize bytes of the shared arena starts from. */
+static inline uint64_t vpmm_i_fit_key(const vpmm_pool_t *p, size_t rsize)
+{
+    return vpmm_i_is_small(p, rsize) ? VPMM_KEY_SMALL | rsize : rsize;
+}
+
 /* Turns an unindexed region into an allocation of stream s. */
 static inline void vpmm_i_make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s,
                                          size_t requested)
@@ -590,16 +616,18 @@ static inline vpmm_phys_t *vpmm_i_phys_at(const vpmm_pool_t *p, uintptr_t va)
 
 /* ---- VA chunks (va.c) ---------------------------------------------------------------------- */
 
-/* Reserves a new chunk for arena a (opt.va_size; a graph pool's is smaller, but at least
- * min_bytes); it becomes one HOLE region. */
-vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes,
+/* Reserves a new chunk for arena a (opt.va_size; a graph pool's and a small one are smaller,
+ * but at least min_bytes); it becomes one HOLE region. small: it holds the shared arena's small
+ * requests (size classes; shared arena only). */
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes, int small,
                                vpmm_chunk_t **out);
 /* Gives back one chunk that is a single whole HOLE; if the driver refuses, the chunk stays (empty,
  * accounted, reusable) and the failure is recorded. */
 vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c);
-/* Gives back every shared chunk that is one whole HOLE, except one full-size (opt.va_size) chunk
- * when no other full-size shared chunk is in use. O(chunks); region pointers into the chunks
- * given back die with them: call it where no caller holds one (after reclaim, dissolve, trim). */
+/* Gives back every shared chunk that is one whole HOLE, except, per size class, one full-size
+ * chunk when no other full-size shared chunk of its class is in use. O(chunks); region pointers
+ * into the chunks given back die with them: call it where no caller holds one (after reclaim,
+ * dissolve, trim). */
 void vpmm_i_chunk_trim(vpmm_pool_t *p);
 /* Carves [addr, addr+len) out of an indexed HOLE; returns that piece, unindexed. */
 vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t addr, size_t len);
@@ -610,6 +638,9 @@ vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t 
 vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
 /* Phase 1c: best fit among other streams' pending regions (a GPU-side wait makes them usable). */
 vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+/* Best fit in the other size class (I13) when memory ran short: as vpmm_i_fit_nowait, or with
+ * `wait` as vpmm_i_fit_wait. */
+vpmm_region_t *vpmm_i_fit_across(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, int wait);
 /* A private arena's best fit for s: its ready regions and s's side tree (no wait, no query). */
 vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size);
 
@@ -632,6 +663,7 @@ typedef struct vpmm_plan {
     size_t nneed;         /* of those, what the request itself needs (the rest: burst extra) */
     size_t unit;          /* pages per new handle (the last one may be smaller) */
     size_t req_pages;     /* pages the request spans (its size, rounded up to whole pages) */
+    int small;            /* the span goes to a small chunk (a small request of the shared arena) */
     vpmm_harvest_t *runs; /* the rest, moved from free regions (npages - nnew pages in all) */
     size_t nruns, runs_cap;
 } vpmm_plan_t;

@@ -68,7 +68,7 @@ void vpmm_i_region_slabs_free(vpmm_pool_t *p)
 
 static void tree_add(vpmm_rbtree_t *t, vpmm_region_t *r)
 {
-    r->node.k1 = r->size;
+    r->node.k1 = r->chunk->small ? VPMM_KEY_SMALL | r->size : r->size; /* I13 */
     r->node.k2 = r->addr;
     vpmm_rb_insert(t, &r->node);
 }

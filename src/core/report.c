@@ -23,10 +23,18 @@
 
 #include "pool.h"
 
+/* The largest region of a tree: the last of each size class (I13: the small keys come last). */
 static size_t tree_max(const vpmm_rbtree_t *t)
 {
-    const vpmm_rb_node_t *n = vpmm_rb_last(t);
-    return n ? VPMM_CONTAINER_OF(n, vpmm_region_t, node)->size : 0;
+    const vpmm_rb_node_t *last = vpmm_rb_last(t), *n;
+    size_t best = last ? VPMM_CONTAINER_OF(last, vpmm_region_t, node)->size : 0;
+    if (last != NULL && (last->k1 & VPMM_KEY_SMALL)) {
+        n = vpmm_rb_lower_bound(t, VPMM_KEY_SMALL, 0);
+        n = n ? vpmm_rb_prev(n) : NULL;
+        if (n != NULL)
+            best = VPMM_MAX(best, VPMM_CONTAINER_OF(n, vpmm_region_t, node)->size);
+    }
+    return best;
 }
 
 /* The largest cached region of s: the largest size key with a non-empty list. */

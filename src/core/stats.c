@@ -49,6 +49,8 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
         .grows = c->grows,
         .ooms = c->ooms,
         .cross_stream_waits = c->cross_stream_waits,
+        .small_bytes = pool->opt.small_bytes,
+        .class_fallbacks = c->class_fallbacks,
         .va_chunks = pool->chunk_count,
         .streams = pool->stream_count,
         .graph_pools = pool->private_count,

@@ -22,21 +22,30 @@
  * space. One larger than this is reserved only for a request that needs it.
  */
 #define PRIVATE_CHUNK_BYTES ((size_t)64 << 30)
+/* A small chunk holds only blocks under opt.small_bytes: 64 GiB is half a million of its pages. */
+#define SMALL_CHUNK_BYTES ((size_t)64 << 30)
 
-static size_t chunk_size_for(const vpmm_pool_t *p, const vpmm_arena_t *a, size_t min_bytes)
+/* The full size of a chunk of arena a (of the small class if small): what the trim keeps. */
+static size_t chunk_full_size(const vpmm_pool_t *p, const vpmm_arena_t *a, int small)
 {
-    size_t size = p->opt.va_size;
-    if (a->priv) {
-        size = VPMM_MIN(size, PRIVATE_CHUNK_BYTES);
+    if (a->priv)
+        return VPMM_MIN(p->opt.va_size, PRIVATE_CHUNK_BYTES);
+    return small ? VPMM_MIN(p->opt.va_size, SMALL_CHUNK_BYTES) : p->opt.va_size;
+}
+
+static size_t chunk_size_for(const vpmm_pool_t *p, const vpmm_arena_t *a, size_t min_bytes,
+                             int small)
+{
+    size_t size = chunk_full_size(p, a, small);
+    if (a->priv || small)
         size = VPMM_MAX(size, vpmm_align_up(min_bytes, p->page_size));
-    }
     return size;
 }
 
-vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes,
+vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes, int small,
                                vpmm_chunk_t **out)
 {
-    const size_t size = chunk_size_for(p, a, min_bytes);
+    const size_t size = chunk_size_for(p, a, min_bytes, small);
     vpmm_chunk_t *c, **tail;
     vpmm_region_t *r;
     uintptr_t base;
@@ -59,6 +68,7 @@ vpmm_status_t vpmm_i_chunk_add(vpmm_pool_t *p, vpmm_arena_t *a, size_t min_bytes
     c->size = size;
     c->index = p->next_chunk_index++;
     c->arena = a;
+    c->small = small && !a->priv;
     r = vpmm_i_region_take(p);
     memset(r, 0, sizeof *r);
     r->addr = base;
@@ -108,17 +118,19 @@ vpmm_status_t vpmm_i_chunk_remove(vpmm_pool_t *p, vpmm_chunk_t *c)
 
 void vpmm_i_chunk_trim(vpmm_pool_t *p)
 {
-    unsigned full_in_use = 0;
+    unsigned full_in_use[2] = { 0, 0 }; /* per size class: large, small */
     vpmm_chunk_t *c;
     for (c = p->chunks; c; c = c->next)
-        full_in_use += !c->arena->priv && c->size >= p->opt.va_size && !chunk_empty(c);
+        full_in_use[c->small] +=
+            !c->arena->priv && c->size >= chunk_full_size(p, c->arena, c->small) && !chunk_empty(c);
     for (c = p->chunks; c;) {
         vpmm_chunk_t *next = c->next;
         if (!c->arena->priv && chunk_empty(c)) {
-            /* One empty full-size chunk stays when no other is in use: the next malloc needs a
-             * chunk anyway. A failed release keeps the chunk (empty, accounted, reusable). */
-            if (c->size >= p->opt.va_size && full_in_use == 0)
-                full_in_use = 1;
+            /* One empty full-size chunk of each class stays when no other of its class is in
+             * use: the next malloc of that class needs one anyway. A failed release keeps the
+             * chunk (empty, accounted, reusable). */
+            if (c->size >= chunk_full_size(p, c->arena, c->small) && full_in_use[c->small] == 0)
+                full_in_use[c->small] = 1;
             else
                 (void)vpmm_i_chunk_remove(p, c);
         }
