@@ -625,6 +625,50 @@ static void test_handle_pages_option(void **state)
     assert_error_mentions("config.handle_pages=513");
 }
 
+/* VPMM_SMALL_BYTES and config.small_bytes: an 8th of the page by default (set when the page size
+ * is known), a byte size with suffixes, 0 in the environment (1 in the config) for no size
+ * classes, at most the page size; the config wins. */
+static void test_small_bytes_option(void **state)
+{
+    vpmm_config_t c;
+    vpmm_options_t o;
+    (void)state;
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.small_bytes, 0);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
+    assert_int_equal(o.small_bytes, 256 * KiB);
+    set_env("VPMM_SMALL_BYTES", "64K");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
+    assert_int_equal(o.small_bytes, 64 * KiB);
+    set_env("VPMM_SMALL_BYTES", "0"); /* off */
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
+    assert_int_equal(o.small_bytes, 1);
+    vpmm_config_init(&c);
+    c.small_bytes = 512 * KiB; /* the config wins */
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
+    assert_int_equal(o.small_bytes, 512 * KiB);
+    /* The page size the pool ends up with sets the default and the limit. */
+    set_env("VPMM_SMALL_BYTES", "4M");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_SMALL_BYTES=4194304: more than one page");
+    set_env("VPMM_PAGE_SIZE", "4M");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
+    assert_int_equal(o.small_bytes, 4 * MiB);
+    set_env("VPMM_SMALL_BYTES", "a lot");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_SMALL_BYTES");
+    tenv_unset_all();
+    c.small_bytes = 3 * MiB;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("config.small_bytes=3145728");
+}
+
 /* VPMM_DEFAULT_STREAM and config.default_stream: what stream 0 names; the config wins. */
 static void test_default_stream(void **state)
 {
@@ -1402,6 +1446,7 @@ int main(void)
         ENV_TEST(test_cap_and_verbose),
         ENV_TEST(test_worker_option),
         ENV_TEST(test_handle_pages_option),
+        ENV_TEST(test_small_bytes_option),
         ENV_TEST(test_default_stream),
         ENV_TEST(test_resolve_bad_config),
         ENV_TEST(test_resolve_bad_config_before_bad_env),

@@ -29,7 +29,9 @@
  *             same collect / unmap without the lock / commit, at defined points, so that a run
  *             stays reproducible from its input (test_worker runs the thread itself, under TSan)
  *   bits 2-3  config.handle_pages: 1, 2, 4 or 8 pages per growth handle
- *   bits 4-7  unused (ignored)
+ *   bits 4-5  size classes (config.small_bytes): the default (an 8th of a page), none (1), a
+ *             32nd of a page, or a whole page (every sub-page request small)
+ *   bits 6-7  unused (ignored)
  * This is the third encoding: the second added byte 1 and THREAD (22), the third RECORD_STREAM
  * (23, a MALLOC before). make_corpus.py --upgrade rewrites inputs of the second (--from 1: the
  * first) so that they decode to the same operations.
@@ -2545,6 +2547,19 @@ static void setup(fz_t *z)
     z->ptd_default = z->cfg2 & 1;
     cfg.worker = (z->cfg2 >> 1) & 1;
     cfg.handle_pages = (size_t)1 << ((z->cfg2 >> 2) & 3);
+    switch ((z->cfg2 >> 4) & 3) {
+    case 0:
+        cfg.small_bytes = 0;
+        break;
+    case 1:
+        cfg.small_bytes = 1;
+        break;
+    case 2:
+        cfg.small_bytes = z->page_size / 32;
+        break;
+    default:
+        cfg.small_bytes = z->page_size;
+    }
     cfg.default_stream =
         z->ptd_default ? VPMM_DEFAULT_STREAM_PER_THREAD : VPMM_DEFAULT_STREAM_LEGACY;
     st = vpmm_i_options_resolve(&cfg, &opt);

@@ -76,10 +76,12 @@ def config(page=0, memory=0, cache=0, cap=False, prealloc=False):
     return page | memory << 2 | cache << 4 | (0x40 if cap else 0) | (0x80 if prealloc else 0)
 
 
-def config2(ptd_default=False, worker=False, handle_pages_log2=0):
+def config2(ptd_default=False, worker=False, handle_pages_log2=0, classes=0):
     """The second config byte: bit 0, stream 0 is the calling thread's per-thread stream; bit 1,
-    the background worker; bits 2-3, handle pages 1, 2, 4 or 8 (log2)."""
-    return (1 if ptd_default else 0) | (2 if worker else 0) | (handle_pages_log2 & 3) << 2
+    the background worker; bits 2-3, handle pages 1, 2, 4 or 8 (log2); bits 4-5, size classes:
+    default, none, a 32nd of a page, a whole page."""
+    return ((1 if ptd_default else 0) | (2 if worker else 0) | (handle_pages_log2 & 3) << 2 |
+            (classes & 3) << 4)
 
 
 def with_config2(data, cfg2):
@@ -1191,7 +1193,12 @@ def main():
                            config2(worker=True, handle_pages_log2=3 - i)))
         write(args.out, "hand-worker-graph-tree-%d" % i,
               with_config2(graph_tree(cfg, faults=True), config2(worker=True)))
-        n += 22
+        # Size classes: each setting under defragmentation across streams and under faults.
+        write(args.out, "hand-classes-defrag-%d" % i,
+              with_config2(defrag_streams(cfg, random.Random(500 + i)), config2(classes=i)))
+        write(args.out, "hand-classes-faults-%d" % i,
+              with_config2(fault_sweep(cfg, random.Random(600 + i)), config2(classes=3 - i)))
+        n += 24
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print("%d seeds, %d bytes in %s" % (n, total, args.out))
 
