@@ -24,7 +24,7 @@
 /* Requests smaller than page size / this are "small" by default and get pages of their own:
  * 256 KiB with 2 MiB pages. Screened on every trace (bench/RESULTS.md, "Small blocks in pages of
  * their own"): an 8th held as little as or less than a 32nd, a 16th and a 4th on every trace but
- * one (within a page there), with the least driver work. */
+ * two (within 3 pages there), with the least driver work. */
 #define VPMM_SMALL_PAGE_FRACTION 8
 
 /* Where each setting came from, so an error can name the knob the user actually touched. */
