@@ -4,9 +4,13 @@
  * holds both and a small survivor never pins a large block's page; the class in the tree key keeps
  * best fit one lookup; free memory of the other class serves when the cap refuses new pages (and
  * nothing changes when nothing fits); a failed reservation of the small chunk leaves the pool as it
- * was; the statistics and the trim see both classes; `small_bytes = 1` is the one-class pool of
- * before. Host backend, invariants checked after every operation (tmalloc / tfree).
+ * was; the statistics, the dump and the trim see both classes; `small_bytes = 1` is the one-class
+ * pool of before. Host backend, invariants checked after every operation (tmalloc / tfree).
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "test_rng.h"
 #include "test_util.h"
 
@@ -200,6 +204,34 @@ static void test_trim_keeps_a_chunk_per_class(void **state)
     tpool_close(&t);
 }
 
+/* The dump names the classes: the threshold in its header, "small" for the small chunk's rows. */
+static void test_dump_names_the_classes(void **state)
+{
+    tpool_t t;
+    void *a, *big;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+    (void)state;
+    tpool_open(&t, NULL);
+    a = tmalloc(t.pool, 1000, NULL);
+    big = tmalloc(t.pool, 3 * MiB, NULL);
+    f = open_memstream(&text, &len);
+    assert_non_null(f);
+    assert_int_equal(vpmm_pool_dump(t.pool, f), VPMM_SUCCESS);
+    fclose(f);
+    assert_non_null(strstr(text,
+                           "2 VA chunk(s) of 32 GiB; blocks under 256 KiB in \"small\" chunks "
+                           "of their own\n"));
+    assert_non_null(strstr(text, " small  0x"));
+    assert_non_null(strstr(text, " shared 0x"));
+    assert_non_null(strstr(text, "(asked 1000)"));
+    free(text);
+    tfree(t.pool, a);
+    tfree(t.pool, big);
+    tpool_close(&t);
+}
+
 /* small_bytes = 1: one class, the layout of before: a small block and a large block's tail share
  * a page, and one chunk serves both. */
 static void test_one_class_when_off(void **state)
@@ -228,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_small_chunk_reserve_failure_is_clean),
         cmocka_unit_test(test_largest_free_sees_both_classes),
         cmocka_unit_test(test_trim_keeps_a_chunk_per_class),
+        cmocka_unit_test(test_dump_names_the_classes),
         cmocka_unit_test(test_one_class_when_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

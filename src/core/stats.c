@@ -166,14 +166,20 @@ vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out)
     }
     vpmm_i_lock(pool);
     c = &pool->c;
-    fprintf(out, "vpmm pool (%s backend), page %s, %u VA chunk(s) of %s\n", pool->drv->name,
+    fprintf(out, "vpmm pool (%s backend), page %s, %u VA chunk(s) of %s", pool->drv->name,
             vpmm_i_format_bytes(pool->page_size, a, sizeof a), pool->chunk_count,
             vpmm_i_format_bytes(pool->opt.va_size, b, sizeof b));
+    if (pool->opt.small_bytes > 1) /* size classes (I13): the shared pool's small chunks */
+        fprintf(out, "; blocks under %s in \"small\" chunks of their own",
+                vpmm_i_format_bytes(pool->opt.small_bytes, a, sizeof a));
+    fputc('\n', out);
     fprintf(out, "  %-5s %-6s %-18s %-14s %-18s %-11s %s\n", "chunk", "pool", "address", "offset",
             "size", "state", "stream");
     for (const vpmm_chunk_t *ch = pool->chunks; ch; ch = ch->next) {
         char owner[16] = "shared";
-        if (ch->arena->priv)
+        if (ch->small)
+            snprintf(owner, sizeof owner, "small");
+        else if (ch->arena->priv)
             snprintf(owner, sizeof owner, "g%u", ch->arena->id);
         for (const vpmm_region_t *r = ch->first; r; r = r->next) {
             fprintf(out, "  %-5u %-6s 0x%016" PRIxPTR " +0x%-12" PRIxPTR " %-18zu %-11s", ch->index,
