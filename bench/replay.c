@@ -415,13 +415,6 @@ static void print_table(const options_t *o, const trace_t *t, const backend_t *b
     printf("  %-22s %.3f s\n", "wall time", r->wall_s);
     printf("  %-22s %.3f ms replay thread, %.3f ms background (other threads)\n", "CPU time",
            (double)r->thread_cpu_ns / 1e6, (double)r->bg_cpu_ns / 1e6);
-    printf(", \"alloc_ms_second_half\": %.3f", (double)r->late_total / 1e6);
-    printf(", \"malloc_over_2ms\": %zu, \"malloc_max_size\": %zu", r->slow_calls, r->max_size);
-    if (r->have_pages)
-        printf(", \"malloc_over_2ms_big_growth\": %zu, \"malloc_max_pages_created\": %llu, "
-               "\"malloc_max_pages_remapped\": %llu",
-               r->slow_big_growths, (unsigned long long)r->max_created,
-               (unsigned long long)r->max_remapped);
     if (r->br.have_vpmm_stats) {
         const vpmm_stats_t *v = &r->br.vpmm;
         printf("  %-22s %llu defrags, %llu pages remapped, %llu created (page %zu KiB), %llu "

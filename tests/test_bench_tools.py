@@ -265,6 +265,8 @@ class BenchTools(unittest.TestCase):
         self.assertIn("slowest malloc asked   3221225472 bytes (created 1536 pages, remapped 0)",
                       r.stdout)
         self.assertIn("mallocs above 2 ms", r.stdout)
+        self.assertIn("of it, second half", r.stdout)
+        self.assertNotIn('": ', r.stdout)  # the table carries no JSON
 
     def test_growth_and_checkpoint_json(self):
         r = run("growth", "--backend", "host", "--gib", "1", "--json")
