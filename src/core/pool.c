@@ -313,10 +313,10 @@ static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t
 }
 
 /*
- * The slow path, then — when memory ran short (the cap, or the device), which only the size
- * classes (I13) can cause where free memory of the other class would fit — a free region of the
- * other class: size classes trade placement for footprint, never an out-of-memory the pool would
- * not otherwise report. Own and ready memory first, then other streams' (a GPU-side wait).
+ * The slow path within the request's size class (I13); when that runs out of memory (the cap, or
+ * the device) while free memory of the other class would fit, that memory serves: size classes
+ * choose where blocks go, they never cause an out-of-memory one pool of both would not report.
+ * Own and ready memory first, then other streams' (a GPU-side wait), as in phases 1a-1c.
  */
 static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out,
                                  vpmm_precreated_t *pre)

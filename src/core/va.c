@@ -1,9 +1,10 @@
 /*
  * va.c — VA chunks (reservations) and carving holes.
  *
- * The pool reserves one chunk of opt.va_size at creation and another only when no hole can take a
- * span; a shared chunk that has become one whole hole is given back by itself (vpmm_i_chunk_trim:
- * when zombies are reclaimed, a graph pool's chunks come back, or on vpmm_trim), except the
+ * The pool reserves one chunk of opt.va_size at creation and another only when no hole of the
+ * span's size class can take it (small requests live in small chunks of their own, 64 GiB: I13);
+ * a shared chunk that has become one whole hole is given back by itself (vpmm_i_chunk_trim: when
+ * zombies are reclaimed, a graph pool's chunks come back, or on vpmm_trim), except, per class, the
  * one full-size chunk the next malloc would reserve again, so address space never leaks — not
  * even for a server that captures and destroys graphs forever, each graph pool reserving its own
  * chunk (the seed's case D leaked the unused end of a hole — here the remainder of a carved hole
