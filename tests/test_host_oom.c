@@ -14,18 +14,33 @@
  * destroyed and the driver holds nothing. Under ASan (tests/sanitize/run_ci.sh) LeakSanitizer
  * sees the host memory: a path that loses a block on a failure is a finding.
  *
+ * Then the background worker's thread is refused (pthread_create wrapped as well): creation fails
+ * cleanly and the next one works.
+ *
  * The scenario: pool creation, growth, sub-page blocks, another stream recorded on a block
  * (vpmm_record_stream) and its deferred free, a defragmentation across streams, stream work and
  * its completion, trim, statistics, the walk, the dump, the background worker's pass
  * (vpmm_i_worker_step) over the zombies, and a graph pool: a capture that allocates and frees
  * inside, its end, a checkpoint taken and reapplied, the graph destroyed, the pool released.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "oom_wrap.h"
 #include "test_util.h"
+
+/* pthread_create is wrapped too (--wrap=pthread_create): refused while refuse_threads is set, as
+ * the C library refuses it when the process is out of threads or memory. */
+static int refuse_threads;
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+    return refuse_threads ? EAGAIN : __real_pthread_create(t, a, fn, arg);
+}
 
 #define PG (2 * MiB)
 
@@ -240,11 +255,47 @@ static void test_sweep_with_worker(void **state)
     sweep(1);
 }
 
+/* The background worker's thread refused (pthread_create fails): the pool's creation fails with
+ * VPMM_ERROR_HOST_OUT_OF_MEMORY and a message naming VPMM_WORKER=0, the driver holds nothing
+ * (and LeakSanitizer, in the sanitizer stage, sees no lost block); the next creation works. */
+static void test_worker_thread_refused(void **state)
+{
+    tpool_t t;
+    vpmm_host_options_t ho = { 0 };
+    vpmm_config_t cfg;
+    vpmm_options_t opt;
+    void *p;
+    (void)state;
+    memset(&t, 0, sizeof t);
+    assert_int_equal(vpmm_host_open(&ho, &t.host), VPMM_DRV_OK);
+    assert_int_equal(vpmm_fault_wrap(t.host, &t.fault), VPMM_DRV_OK);
+    vpmm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.backend = VPMM_BACKEND_HOST;
+    cfg.va_size = 32 * GiB;
+    cfg.worker = 1;
+    assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
+    refuse_threads = 1;
+    assert_int_equal(vpmm_a_pool_create_on(&opt, t.fault, 0, &t.pool),
+                     VPMM_ERROR_HOST_OUT_OF_MEMORY);
+    refuse_threads = 0;
+    assert_null(t.pool);
+    assert_non_null(strstr(vpmm_last_error(), "background worker"));
+    assert_non_null(strstr(vpmm_last_error(), "VPMM_WORKER=0"));
+    assert_no_driver_leaks(t.fault);
+    assert_int_equal(vpmm_a_pool_create_on(&opt, t.fault, 0, &t.pool), VPMM_SUCCESS);
+    assert_non_null(t.pool->worker);
+    p = tmalloc(t.pool, 3 * MiB, NULL);
+    tfree(t.pool, p);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_sweep_with_worker),
+        cmocka_unit_test(test_worker_thread_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
