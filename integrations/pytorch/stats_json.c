@@ -69,6 +69,11 @@ size_t vpmm_stats_json(const vpmm_stats_t *s, int device, const char *backend, c
     JZ(largest_free_bytes);
     jput(&j, ",\"utilization\":%.6f,\"fragmentation\":%.6f", s->utilization, s->fragmentation);
     JZ(max_bytes);
+    jput(&j, ",\"worker\":%d", s->worker);
+    JU(worker_unmaps);
+    JU(worker_cpu_ns);
+    JZ(small_bytes);
+    JU(class_fallbacks);
 #undef JZ
 #undef JU
     if (extra != NULL && extra[0] != '\0')

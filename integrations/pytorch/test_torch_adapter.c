@@ -448,14 +448,17 @@ static void test_stats_json(void **state)
     assert_non_null(strstr(buf, field));
     snprintf(field, sizeof field, "\"mapped_bytes\":%zu,", s.mapped_bytes);
     assert_non_null(strstr(buf, field));
-    assert_non_null(strstr(buf, ",\"max_bytes\":0,\"extra\":7}"));
+    assert_non_null(strstr(buf, ",\"max_bytes\":0,\"worker\":0,\"worker_unmaps\":0,"));
+    snprintf(field, sizeof field, ",\"small_bytes\":%zu,\"class_fallbacks\":0,", s.small_bytes);
+    assert_non_null(strstr(buf, field));
+    assert_non_null(strstr(buf, ",\"class_fallbacks\":0,\"extra\":7}"));
     /* Too small a buffer: cut short, terminated, the full length still returned. */
     assert_int_equal(vpmm_stats_json(&s, 2, "host", "\"extra\":7", small, sizeof small), n);
     assert_int_equal(strlen(small), sizeof small - 1);
     assert_int_equal(vpmm_stats_json(&s, 2, "host", "\"extra\":7", NULL, 0), n);
-    /* No extra: the object closes after max_bytes. */
+    /* No extra: the object closes after the last field. */
     n = vpmm_stats_json(&s, 0, "host", NULL, buf, sizeof buf);
-    assert_non_null(strstr(buf, ",\"max_bytes\":0}"));
+    assert_non_null(strstr(buf, ",\"class_fallbacks\":0}"));
     assert_int_equal(strlen(buf), n);
     assert_int_equal(vta_free(&f.d, p), VPMM_SUCCESS);
     close_fx(&f);
