@@ -73,52 +73,29 @@ static void tree_add(vpmm_rbtree_t *t, vpmm_region_t *r)
     vpmm_rb_insert(t, &r->node);
 }
 
-static void zombie_append(vpmm_pool_t *p, vpmm_region_t *r)
+/* The region lists linked through qprev/qnext — the zombies, the deferred frees (uses.c) and a
+ * stream's pending regions — given by their head and tail. */
+static void qlist_append(vpmm_region_t **head, vpmm_region_t **tail, vpmm_region_t *r)
 {
     r->qnext = NULL;
-    r->qprev = p->zombie_tail;
-    if (p->zombie_tail)
-        p->zombie_tail->qnext = r;
+    r->qprev = *tail;
+    if (*tail)
+        (*tail)->qnext = r;
     else
-        p->zombie_head = r;
-    p->zombie_tail = r;
+        *head = r;
+    *tail = r;
 }
 
-static void zombie_unlink(vpmm_pool_t *p, vpmm_region_t *r)
+static void qlist_unlink(vpmm_region_t **head, vpmm_region_t **tail, vpmm_region_t *r)
 {
     if (r->qprev)
         r->qprev->qnext = r->qnext;
     else
-        p->zombie_head = r->qnext;
+        *head = r->qnext;
     if (r->qnext)
         r->qnext->qprev = r->qprev;
     else
-        p->zombie_tail = r->qprev;
-    r->qprev = r->qnext = NULL;
-}
-
-/* The deferred list (uses.c), linked through qprev/qnext like the zombie list. */
-static void deferred_append(vpmm_pool_t *p, vpmm_region_t *r)
-{
-    r->qnext = NULL;
-    r->qprev = p->deferred_tail;
-    if (p->deferred_tail)
-        p->deferred_tail->qnext = r;
-    else
-        p->deferred_head = r;
-    p->deferred_tail = r;
-}
-
-static void deferred_unlink(vpmm_pool_t *p, vpmm_region_t *r)
-{
-    if (r->qprev)
-        r->qprev->qnext = r->qnext;
-    else
-        p->deferred_head = r->qnext;
-    if (r->qnext)
-        r->qnext->qprev = r->qprev;
-    else
-        p->deferred_tail = r->qprev;
+        *tail = r->qprev;
     r->qprev = r->qnext = NULL;
 }
 
@@ -193,7 +170,7 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
     case VPMM_REGION_FREE:
         p->c.free_bytes += r->size;
         if (VPMM_UNLIKELY(r->uses != NULL)) {
-            deferred_append(p, r);
+            qlist_append(&p->deferred_head, &p->deferred_tail, r);
             r->stream->refs++;
         } else if (r->ready) {
             tree_add(&a->ready, r);
@@ -216,7 +193,7 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
         p->c.hole_bytes += r->size;
         break;
     case VPMM_REGION_ZOMBIE:
-        zombie_append(p, r);
+        qlist_append(&p->zombie_head, &p->zombie_tail, r);
         p->c.zombie_bytes += r->size;
         if (r->stream)
             r->stream->refs++;
@@ -251,7 +228,7 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
         VPMM_ASSERT_SLOW(p->c.free_bytes >= r->size); /* I5: counted when indexed */
         p->c.free_bytes -= r->size;
         if (VPMM_UNLIKELY(r->uses != NULL)) {
-            deferred_unlink(p, r);
+            qlist_unlink(&p->deferred_head, &p->deferred_tail, r);
             r->stream->refs--;
         } else if (r->ready) {
             vpmm_rb_remove(&a->ready, &r->node);
@@ -274,7 +251,7 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
         p->c.hole_bytes -= r->size;
         break;
     case VPMM_REGION_ZOMBIE:
-        zombie_unlink(p, r);
+        qlist_unlink(&p->zombie_head, &p->zombie_tail, r);
         p->c.zombie_bytes -= r->size;
         if (r->stream)
             r->stream->refs--;
@@ -493,15 +470,7 @@ void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r)
 
 void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r)
 {
-    if (r->qprev)
-        r->qprev->qnext = r->qnext;
-    else
-        s->pend_head = r->qnext;
-    if (r->qnext)
-        r->qnext->qprev = r->qprev;
-    else
-        s->pend_tail = r->qprev;
-    r->qprev = r->qnext = NULL;
+    qlist_unlink(&s->pend_head, &s->pend_tail, r);
 }
 
 vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s)
