@@ -243,6 +243,19 @@ static size_t precreated_bytes(const vpmm_precreated_t *pre)
  * is planned again under the lock — memory may have been freed or taken in between — and the new
  * plan takes the handles it can use from `pre`; the caller releases the rest without the lock.
  */
+/* Phase 1c's step: stream s waits on the GPU for the marker covering the owner's use of free
+ * region r (recorded first if it is the next one). 0 if the marker or the wait fails. */
+static int wait_for_owner(vpmm_pool_t *p, vpmm_strm_t *s, const vpmm_region_t *r)
+{
+    if (vpmm_i_stream_mark(p, r->stream, r->seq) != VPMM_SUCCESS ||
+        vpmm_i_drv_status(p, p->drv->stream_wait_event(p->drv, s->handle,
+                                                       vpmm_i_stream_marker(r->stream, r->seq))) !=
+            VPMM_SUCCESS)
+        return 0;
+    p->c.cross_stream_waits++;
+    return 1;
+}
+
 static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
                                           vpmm_region_t **out, vpmm_precreated_t *pre)
 {
@@ -268,11 +281,7 @@ static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t
         return VPMM_SUCCESS;
     }
     r = vpmm_i_stream_may_wait(p, s) ? vpmm_i_fit_wait(p, s, rsize) : NULL;
-    if (r != NULL && vpmm_i_stream_mark(p, r->stream, r->seq) == VPMM_SUCCESS &&
-        vpmm_i_drv_status(p, p->drv->stream_wait_event(p->drv, s->handle,
-                                                       vpmm_i_stream_marker(r->stream, r->seq))) ==
-            VPMM_SUCCESS) {
-        p->c.cross_stream_waits++;
+    if (r != NULL && wait_for_owner(p, s, r)) {
         *out = r;
         return VPMM_SUCCESS;
     }
@@ -328,13 +337,8 @@ static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, v
     r = vpmm_i_fit_across(p, s, rsize, 0);
     if (r == NULL && vpmm_i_stream_may_wait(p, s)) {
         r = vpmm_i_fit_across(p, s, rsize, 1);
-        if (r != NULL &&
-            (vpmm_i_stream_mark(p, r->stream, r->seq) != VPMM_SUCCESS ||
-             vpmm_i_drv_status(p, p->drv->stream_wait_event(
-                                      p->drv, s->handle,
-                                      vpmm_i_stream_marker(r->stream, r->seq))) != VPMM_SUCCESS))
+        if (r != NULL && !wait_for_owner(p, s, r))
             return st;
-        p->c.cross_stream_waits += r != NULL;
     }
     if (r == NULL)
         return st;
