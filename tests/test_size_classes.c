@@ -140,6 +140,42 @@ static void test_other_class_serves_under_the_cap(void **state)
     tpool_close(&t);
 }
 
+/* Under the cap, the other class's free memory still pending on another stream serves through a
+ * GPU-side wait on that stream's marker; when the wait is refused, OUT_OF_MEMORY and the pool as
+ * it was, then the same malloc succeeds. */
+static void test_other_class_with_a_wait(void **state)
+{
+    tpool_t t;
+    vpmm_stream_t a, b;
+    void *large, *small = NULL;
+    tsnap_t before, after;
+    (void)state;
+    tpool_open(&t, &(tpool_params_t){ .max_bytes = 4 * MiB });
+    a = vpmm_host_stream_create(t.host);
+    b = vpmm_host_stream_create(t.host);
+    large = tmalloc(t.pool, 3 * MiB, b); /* its span's free 1 MiB tail is pending on b */
+    vpmm_host_enqueue(t.host, b);        /* b's work is not done: no marker of b completes */
+    before = tsnap(t.pool);
+    vpmm_fault_fail_nth(t.fault, VPMM_DRV_STREAM_WAIT_EVENT, 1, VPMM_DRV_ERROR);
+    assert_int_equal(vpmm_malloc(t.pool, 4 * KiB, a, &small), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_null(small);
+    CHECK_POOL(t.pool);
+    after = tsnap(t.pool);
+    after.stats.ooms--;
+    after.stats.streams--; /* the malloc made stream a known to the pool: no memory changed */
+    assert_snap_equal(&before, &after);
+    assert_int_equal(vpmm_host_wait_count(t.host), 0);
+    small = tmalloc(t.pool, 4 * KiB, a);
+    assert_false(chunk_of(t.pool, small)->small);
+    assert_int_equal(tstats(t.pool).class_fallbacks, 1);
+    assert_int_equal(tstats(t.pool).cross_stream_waits, 1);
+    assert_int_equal(vpmm_host_wait_count(t.host), 1); /* a waits for b on the GPU */
+    vpmm_host_complete_all(t.host);
+    tfree(t.pool, small);
+    tfree(t.pool, large);
+    tpool_close(&t);
+}
+
 /* The small class's first block reserves its chunk: when the driver refuses the reservation the
  * malloc fails and nothing changed; the next one reserves it. */
 static void test_small_chunk_reserve_failure_is_clean(void **state)
@@ -257,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_classes_never_share_a_page),
         cmocka_unit_test(test_small_survivors_pin_no_large_page),
         cmocka_unit_test(test_other_class_serves_under_the_cap),
+        cmocka_unit_test(test_other_class_with_a_wait),
         cmocka_unit_test(test_small_chunk_reserve_failure_is_clean),
         cmocka_unit_test(test_largest_free_sees_both_classes),
         cmocka_unit_test(test_trim_keeps_a_chunk_per_class),
