@@ -168,6 +168,10 @@ typedef struct vpmm_config {
                             own (a VA chunk of their own), so that small blocks that outlive large
                             ones do not pin the large blocks' pages; at most the page size; 1 = no
                             size classes (VPMM_SMALL_BYTES=0 says the same) */
+    int ipc;             /* VPMM_IPC; -1 (default) = 1; 1 = create physical memory that other
+                            processes can map (vpmm_ipc_export), where the device supports it
+                            (POSIX file descriptors; else the pool works without, and exports fail
+                            with VPMM_ERROR_NOT_SUPPORTED); 0 = never */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */
@@ -215,6 +219,17 @@ typedef struct vpmm_stats {
                                     own (VPMM_SMALL_BYTES; 1: no size classes) */
     uint64_t class_fallbacks;    /* mallocs served from free memory of the other size class
                                     because the cap or the device refused new pages */
+    int device;                  /* the device the pool allocates on (its ordinal) */
+    uint64_t peers;              /* bit k set: device k was granted access to the pool's memory
+                                    (vpmm_pool_grant_access); the pool's own device not included */
+    uint64_t peer_grants;        /* set-access calls that gave the peers access: at the grant, one
+                                    per mapped run, then one per later mapping */
+    uint64_t ipc_shared;         /* allocations (live or freed) other processes may still map:
+                                    their memory is not reused until every share is closed */
+    uint64_t ipc_exports;        /* vpmm_ipc_export calls that succeeded */
+    uint64_t ipc_imports;        /* other processes' memory mapped here now (vpmm_ipc_open: one per
+                                    distinct set of pages, however often opened) */
+    size_t ipc_imported_bytes;   /* what those mappings span */
 } vpmm_stats_t;
 
 /* A graph pool's statistics (vpmm_graph_pool_stats); its share of the pool's vpmm_stats_t. */
@@ -270,7 +285,12 @@ typedef enum vpmm_driver_call {
     VPMM_DRIVER_CALL_GRAPH_RETAIN_USER_OBJECT = 19, /* cuGraphRetainUserObject */
     VPMM_DRIVER_CALL_USER_OBJECT_RELEASE = 20,      /* cuUserObjectRelease */
     VPMM_DRIVER_CALL_GRAPH_DESTROY = 21,            /* cuGraphDestroy */
-    VPMM_DRIVER_CALL_COUNT = 22
+    VPMM_DRIVER_CALL_REVOKE_ACCESS = 22,            /* cuMemSetAccess, taking a peer's away */
+    VPMM_DRIVER_CALL_GET_ACCESS = 23,               /* cuMemGetAccess (vpmm_pool_check) */
+    VPMM_DRIVER_CALL_STREAM_DEVICE = 24,            /* cuStreamGetDevice */
+    VPMM_DRIVER_CALL_MEM_EXPORT = 25,               /* cuMemExportToShareableHandle */
+    VPMM_DRIVER_CALL_MEM_IMPORT = 26,               /* cuMemImportFromShareableHandle */
+    VPMM_DRIVER_CALL_COUNT = 27
 } vpmm_driver_call_t;
 
 /* One kind of driver call: how often the pool made it and how long it took in all. */
@@ -481,6 +501,87 @@ const char *vpmm_pool_backend_name(const vpmm_pool_t *pool);
  */
 vpmm_status_t vpmm_pool_last_driver_error(const vpmm_pool_t *pool, int *out_code,
                                           const char **out_call);
+
+/* ---- several devices --------------------------------------------------------------------- */
+/*
+ * A pool allocates on one device (config.device) and works whatever device is current on the
+ * calling thread: each driver call runs in its device's context. A process with several GPUs
+ * makes one pool per device. Streams of any device may be passed (vpmm_malloc, vpmm_record_stream):
+ * memory used by a stream of another device is reused only after that stream's work, through
+ * events created on its own device. The special handles (0, VPMM_STREAM_LEGACY,
+ * VPMM_STREAM_PER_THREAD) name the pool's device's streams.
+ */
+
+/* The device the pool allocates on. Threads: any (no lock). */
+vpmm_status_t vpmm_pool_device(const vpmm_pool_t *pool, int *out_device);
+
+/*
+ * Gives device `device` read-write access to all memory of the pool: every range mapped now (the
+ * shared pool's and the graph pools', zombie addresses included) and every page mapped later, by
+ * growth, defragmentation and graph-pool growth. Memory mapped with cuMemMap is reachable from
+ * another device only this way: cudaDeviceEnablePeerAccess covers cudaMalloc memory alone. The
+ * pool's own device, or a device already granted: nothing to do. VPMM_ERROR_INVALID_ARGUMENT for a
+ * device that does not exist, VPMM_ERROR_NOT_SUPPORTED when the two devices cannot reach each
+ * other (no peer access between them). Transactional: if the driver refuses part-way, the ranges
+ * already granted are revoked, the pool is as before and the status says why. Counted in
+ * vpmm_stats_t (peers, peer_grants). Threads: any; holds the pool lock for the whole walk (one
+ * cuMemSetAccess per mapped run: ~30 us per physical handle on an H100).
+ */
+vpmm_status_t vpmm_pool_grant_access(vpmm_pool_t *pool, int device);
+
+/* ---- sharing memory with other processes (CUDA IPC) ---------------------------------------- */
+/*
+ * An allocation can be mapped by another process, as cudaIpcGetMemHandle allows for cudaMalloc
+ * memory: vpmm_ipc_export writes a handle (bytes) for it; the other process passes those bytes to
+ * vpmm_ipc_open on a pool of its own (same GPU, or a device with access to it) and gets a pointer
+ * to the same memory; vpmm_ipc_close ends its use. Physical memory travels as POSIX file
+ * descriptors: the opener takes the exporter's descriptors with pidfd_getfd(2) (Linux 5.6), which
+ * needs the permission to trace the exporter (same user; some containers refuse it: the open then
+ * fails with VPMM_ERROR_NOT_SUPPORTED and says so). The pool must have been created with
+ * physical memory that can be exported (config.ipc, the default where the device supports it).
+ *
+ * Lifetime rule: memory another process may map is not handed out again while it is shared. Each
+ * export counts one share, which one vpmm_ipc_open takes over and its vpmm_ipc_close ends (the
+ * counts live in shared memory). An allocation freed while shares remain (the exporter frees
+ * first) is kept out of every free list, like a vpmm_record_stream free, until the last share
+ * ends; then it becomes free memory. A handle that is exported but never opened keeps its memory
+ * until the pool is destroyed. The exporter's descriptors are made once per physical handle and
+ * kept until that handle is given back, so sharing the same memory again opens no new descriptor;
+ * the opener closes the ones it took once it has imported them.
+ */
+
+/* The most bytes vpmm_ipc_export writes for an allocation of `size` bytes on a pool of page size
+ * `page_size` (room for one descriptor per page it touches). Threads: free. */
+#define VPMM_IPC_HANDLE_BYTES(size, page_size)                                                     \
+    (96u + 32u * ((size_t)(size) / (size_t)(page_size) + 2u))
+
+/*
+ * Writes the handle of the allocation at ptr into buf (cap bytes) and counts one share;
+ * *out_len (may be NULL) gets the handle's length. With cap too small (buf may then be NULL),
+ * nothing is exported: VPMM_ERROR_INVALID_ARGUMENT, and *out_len says how many bytes it needs.
+ * The same allocation exported twice gives the same bytes. Refused: a pointer that is not the
+ * start of a live allocation (the statuses of vpmm_free), a graph pool's allocation, a pool
+ * whose memory cannot be exported (VPMM_ERROR_NOT_SUPPORTED). Threads: any.
+ */
+vpmm_status_t vpmm_ipc_export(vpmm_pool_t *pool, const void *ptr, void *buf, size_t cap,
+                              size_t *out_len);
+
+/*
+ * Maps the memory a handle of another process describes (len bytes at handle) and returns the
+ * allocation's address in *out_ptr, usable by the pool's device and by its peers. The same pages
+ * opened again map nothing new (the pointer is the same). VPMM_ERROR_INVALID_ARGUMENT for bytes
+ * that are not a vpmm handle, or whose exporter has exited; VPMM_ERROR_NOT_SUPPORTED when the
+ * system refuses to pass the descriptors; driver failures as usual (nothing left mapped).
+ * Threads: any.
+ */
+vpmm_status_t vpmm_ipc_open(vpmm_pool_t *pool, const void *handle, size_t len, void **out_ptr);
+
+/*
+ * Ends one vpmm_ipc_open of ptr: its share is over (the exporter may reuse the memory once every
+ * share of it has ended and it was freed). The last close of a mapping unmaps it.
+ * VPMM_ERROR_FOREIGN_POINTER for a pointer no open returned. Threads: any.
+ */
+vpmm_status_t vpmm_ipc_close(vpmm_pool_t *pool, void *ptr);
 
 /* ---- graph pools and captures ------------------------------------------------------------ */
 /*

@@ -808,7 +808,7 @@ static void new_s_and_gp(ctx_t *c)
 static void join_cs(ctx_t *c)
 {
     c->joined = vpmm_host_stream_create(c->t.host);
-    assert_int_equal(c->t.host->event_create(c->t.host, &c->ev), VPMM_DRV_OK);
+    assert_int_equal(c->t.host->event_create(c->t.host, NULL, &c->ev), VPMM_DRV_OK);
     assert_int_equal(c->t.host->event_record(c->t.host, c->ev, c->cs), VPMM_DRV_OK);
     assert_int_equal(c->t.host->stream_wait_event(c->t.host, c->joined, c->ev), VPMM_DRV_OK);
 }

@@ -115,7 +115,7 @@ static void test_load_error_explains_no_device(void **state)
 static void test_open_null_out(void **state)
 {
     (void)state;
-    assert_int_equal(vpmm_driver_cuda_open(0, NULL), VPMM_DRV_INVALID);
+    assert_int_equal(vpmm_driver_cuda_open(0, 0, NULL), VPMM_DRV_INVALID);
 }
 
 static void test_open_current_device(void **state)
@@ -123,7 +123,7 @@ static void test_open_current_device(void **state)
     (void)state;
     vpmm_driver_t *d = (vpmm_driver_t *)&d; /* not NULL: open must clear it on failure */
     double t0 = now_s();
-    vpmm_dres_t st = vpmm_driver_cuda_open(-1, &d);
+    vpmm_dres_t st = vpmm_driver_cuda_open(-1, 0, &d);
     double dt = now_s() - t0;
     if (vpmm_driver_cuda_device_count() == 0) {
         assert_int_equal(st, VPMM_DRV_NO_DEVICE);
@@ -146,13 +146,13 @@ static void test_open_out_of_range(void **state)
 {
     (void)state;
     vpmm_driver_t *d = (vpmm_driver_t *)&d;
-    assert_int_equal(vpmm_driver_cuda_open(9999, &d), VPMM_DRV_NO_DEVICE);
+    assert_int_equal(vpmm_driver_cuda_open(9999, 0, &d), VPMM_DRV_NO_DEVICE);
     assert_null(d);
     d = (vpmm_driver_t *)&d;
-    assert_int_equal(vpmm_driver_cuda_open(-2, &d), VPMM_DRV_NO_DEVICE);
+    assert_int_equal(vpmm_driver_cuda_open(-2, 0, &d), VPMM_DRV_NO_DEVICE);
     assert_null(d);
     d = (vpmm_driver_t *)&d;
-    assert_int_equal(vpmm_driver_cuda_open(vpmm_driver_cuda_device_count(), &d),
+    assert_int_equal(vpmm_driver_cuda_open(vpmm_driver_cuda_device_count(), 0, &d),
                      VPMM_DRV_NO_DEVICE);
     assert_null(d);
 }
@@ -204,7 +204,7 @@ static vpmm_driver_t *open_or_skip(void)
         skip();
     }
     vpmm_driver_t *d = NULL;
-    vpmm_dres_t st = vpmm_driver_cuda_open(-1, &d);
+    vpmm_dres_t st = vpmm_driver_cuda_open(-1, 0, &d);
     if (st == VPMM_DRV_NOT_SUPPORTED) {
         if (required)
             fail_msg("VPMM_TEST_REQUIRE_GPU is set but the device does not support VMM");
@@ -295,14 +295,14 @@ static void test_invalid_arguments(void **state)
     assert_int_equal(d->mem_map(d, va + g / 2, g, h, 0), VPMM_DRV_INVALID);
     assert_string_equal(d->last_call, "cuMemMap");
     assert_int_equal(d->mem_map(d, va, g, h, g / 2), VPMM_DRV_INVALID);
-    assert_int_equal(d->set_access(d, va, g - 1), VPMM_DRV_INVALID);
+    assert_int_equal(d->set_access(d, va, g - 1, NULL, 0), VPMM_DRV_INVALID);
     assert_string_equal(d->last_call, "cuMemSetAccess");
     assert_int_equal(d->mem_unmap(d, va, 0), VPMM_DRV_INVALID);
     assert_string_equal(d->last_call, "cuMemUnmap");
 
     /* The refusals did nothing: the range is still unmapped and maps now. */
     assert_int_equal(d->mem_map(d, va, g, h, 0), VPMM_DRV_OK);
-    assert_int_equal(d->set_access(d, va, g), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, va, g, NULL, 0), VPMM_DRV_OK);
     /* What the driver itself says to unmapping a range that holds no mapping. */
     /* What the driver itself says to unmapping a range that holds no mapping (informational;
      * the contract forbids the call, so the core never makes it). */
@@ -340,8 +340,8 @@ static void test_alias_two_addresses(void **state)
     assert_int_equal(d->mem_map(d, a, g, h1, 0), VPMM_DRV_OK);
     assert_int_equal(d->mem_map(d, b, g, h2, 0), VPMM_DRV_OK);
     assert_int_equal(d->mem_map(d, c, g, h1, 0), VPMM_DRV_OK);
-    assert_int_equal(d->set_access(d, a, 2 * g), VPMM_DRV_OK); /* spans h1 and h2 */
-    assert_int_equal(d->set_access(d, c, g), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, a, 2 * g, NULL, 0), VPMM_DRV_OK); /* spans h1 and h2 */
+    assert_int_equal(d->set_access(d, c, g, NULL, 0), VPMM_DRV_OK);
 
     check_alias(a, c, g, 1); /* through one address, back through the other */
     check_alias(c, a, g, 2);
@@ -387,7 +387,7 @@ static void test_nonzero_offset_map(void **state)
     assert_int_equal(d->mem_create(d, 2 * g, &h), VPMM_DRV_OK);
     uintptr_t whole = va, second = va + 32 * g;
     assert_int_equal(d->mem_map(d, whole, 2 * g, h, 0), VPMM_DRV_OK);
-    assert_int_equal(d->set_access(d, whole, 2 * g), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, whole, 2 * g, NULL, 0), VPMM_DRV_OK);
 
     vpmm_dres_t st = d->mem_map(d, second, g, h, g);
     if (st != VPMM_DRV_OK) {
@@ -409,7 +409,7 @@ static void test_nonzero_offset_map(void **state)
         assert_int_equal(d->mem_release(d, one), VPMM_DRV_OK);
     } else {
         printf("[driver_cuda] NOTE: cuMemMap ACCEPTED a non-zero offset (offset = 1 granule).\n");
-        assert_int_equal(d->set_access(d, second, g), VPMM_DRV_OK);
+        assert_int_equal(d->set_access(d, second, g, NULL, 0), VPMM_DRV_OK);
         /* Fill the whole handle, then check the sub-mapping shows its second half. */
         unsigned char *in = malloc(2 * g), *out = malloc(g);
         assert_non_null(in);
@@ -459,7 +459,7 @@ static void test_event_record_query(void **state)
     cudaStream_t s = NULL;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     vpmm_drv_event_t ev = NULL;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     assert_non_null(ev);
 
     /* Recorded on an idle stream: done (after at most a short while). */
@@ -495,8 +495,8 @@ static void test_stream_wait_event(void **state)
     CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
     CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     vpmm_drv_event_t ea = NULL, eb = NULL;
-    assert_int_equal(d->event_create(d, &ea), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &eb), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ea), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &eb), VPMM_DRV_OK);
 
     static atomic_int gate;
     atomic_store(&gate, 0);
@@ -548,7 +548,7 @@ static void test_capture_info(void **state)
         /* Recording an event in a capturing stream is allowed (docs/ALGORITHM.md, "The VMM
          * driver calls"). */
         vpmm_drv_event_t ev = NULL;
-        assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+        assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
         assert_int_equal(d->event_record(d, ev, s), VPMM_DRV_OK);
 
         cudaGraph_t graph = NULL;
@@ -582,7 +582,7 @@ static void test_capture_invalidated(void **state)
     cudaStream_t s = NULL;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     vpmm_drv_event_t ev = NULL;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     assert_int_equal(d->event_record(d, ev, s), VPMM_DRV_OK);
     cudaError_t q = cudaEventQuery((cudaEvent_t)ev);
@@ -906,7 +906,7 @@ static size_t vmm_cycle(vpmm_driver_t *d, size_t g)
         assert_int_equal(d->mem_create(d, each, &h[i]), VPMM_DRV_OK);
         assert_int_equal(d->mem_map(d, va + i * each, each, h[i], 0), VPMM_DRV_OK);
     }
-    assert_int_equal(d->set_access(d, va, span), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, va, span, NULL, 0), VPMM_DRV_OK);
     check_alias(va, va, span, 8);
     CUDA_OK(cudaDeviceSynchronize());
     size_t mid = 0, total = 0;
@@ -963,8 +963,8 @@ static void *no_context_thread(void *arg)
     t->st[1] = d->va_reserve(d, 4 * t->g, t->g, &va);
     t->st[2] = d->mem_create(d, t->g, &h);
     t->st[3] = d->mem_map(d, va, t->g, h, 0);
-    t->st[4] = d->set_access(d, va, t->g);
-    t->st[5] = d->event_create(d, &ev);
+    t->st[4] = d->set_access(d, va, t->g, NULL, 0);
+    t->st[5] = d->event_create(d, NULL, &ev);
     t->st[6] = d->event_record(d, ev, NULL);
     t->st[7] = d->synchronize(d);
     t->st[8] = d->capture_info(d, NULL, &cs, &id, NULL);
@@ -1006,13 +1006,13 @@ static void test_open_twice(void **state)
     (void)state;
     vpmm_driver_t *a = open_or_skip();
     vpmm_driver_t *b = NULL;
-    assert_int_equal(vpmm_driver_cuda_open(0, &b), VPMM_DRV_OK);
+    assert_int_equal(vpmm_driver_cuda_open(0, 0, &b), VPMM_DRV_OK);
     a->close(a);
     size_t free_b = 0, total_b = 0;
     assert_int_equal(b->mem_get_info(b, &free_b, &total_b), VPMM_DRV_OK);
     b->close(b);
     CUDA_OK(cudaSetDevice(0));
-    assert_int_equal(vpmm_driver_cuda_open(-1, &a), VPMM_DRV_OK);
+    assert_int_equal(vpmm_driver_cuda_open(-1, 0, &a), VPMM_DRV_OK);
     assert_int_equal(a->mem_get_info(a, &free_b, &total_b), VPMM_DRV_OK);
     a->close(a);
 }

@@ -80,7 +80,7 @@ static void fixture_init(fixture_t *f, vpmm_drv_entry_t entry)
     for (int i = 0; i < 3; i++) {
         assert_int_equal(d->va_reserve(d, G, 0, &f->spare_va[i]), VPMM_DRV_OK);
         assert_int_equal(d->mem_create(d, G, &f->spare_h[i]), VPMM_DRV_OK);
-        assert_int_equal(d->event_create(d, &f->ev[i]), VPMM_DRV_OK);
+        assert_int_equal(d->event_create(d, NULL, &f->ev[i]), VPMM_DRV_OK);
     }
     assert_int_equal(d->mem_create(d, G, &f->h), VPMM_DRV_OK);
     assert_int_equal(d->va_reserve(d, 16 * MiB, 0, &f->map_va), VPMM_DRV_OK);
@@ -88,7 +88,7 @@ static void fixture_init(fixture_t *f, vpmm_drv_entry_t entry)
         f->mapped_va[i] = f->map_va + 8 * MiB + (size_t)i * G;
         assert_int_equal(d->mem_map(d, f->mapped_va[i], G, f->h, 0), VPMM_DRV_OK);
     }
-    assert_int_equal(d->event_create(d, &f->pending), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &f->pending), VPMM_DRV_OK);
     vpmm_host_enqueue(d, S1);
     assert_int_equal(d->event_record(d, f->pending, S1), VPMM_DRV_OK);
     const vpmm_stream_t gs = (vpmm_stream_t)(uintptr_t)0x6000;
@@ -206,11 +206,11 @@ static vpmm_dres_t call_entry(fixture_t *f, vpmm_drv_entry_t e, int k, int *touc
         r = w->mem_unmap(w, f->mapped_va[k], G);
         break;
     case VPMM_DRV_SET_ACCESS:
-        r = w->set_access(w, f->mapped_va[k], G);
+        r = w->set_access(w, f->mapped_va[k], G, NULL, 0);
         break;
     case VPMM_DRV_EVENT_CREATE: {
         vpmm_drv_event_t ev = (vpmm_drv_event_t)(uintptr_t)sentinel;
-        r = w->event_create(w, &ev);
+        r = w->event_create(w, NULL, &ev);
         out = (uint64_t)(uintptr_t)ev;
         break;
     }
@@ -376,17 +376,17 @@ static void test_any_nth(void **state)
     assert_int_equal(w->mem_get_info(w, &fr, &tot), VPMM_DRV_OK);
     assert_int_equal(w->mem_get_info(w, &fr, &tot), VPMM_DRV_OUT_OF_MEMORY);
     assert_int_equal(vpmm_fault_injected(w), 2);
-    assert_int_equal(w->event_create(w, &ev), VPMM_DRV_OK); /* both disarmed now */
+    assert_int_equal(w->event_create(w, NULL, &ev), VPMM_DRV_OK); /* both disarmed now */
     assert_int_equal(w->event_destroy(w, ev), VPMM_DRV_OK);
 
     /* Any-failure on a different entry than the armed one. */
     vpmm_fault_fail_any_nth(w, 2, VPMM_DRV_INVALID);
     vpmm_fault_fail_nth(w, VPMM_DRV_SET_ACCESS, 3, VPMM_DRV_ERROR);
-    assert_int_equal(w->set_access(w, va, G), VPMM_DRV_OK); /* entry 1, any 1 */
+    assert_int_equal(w->set_access(w, va, G, NULL, 0), VPMM_DRV_OK); /* entry 1, any 1 */
     assert_int_equal(w->capture_info(w, S1, &(vpmm_capture_status_t){ 0 }, NULL, NULL),
                      VPMM_DRV_INVALID);                        /* any 2 fires */
-    assert_int_equal(w->set_access(w, va, G), VPMM_DRV_OK);    /* entry 2 */
-    assert_int_equal(w->set_access(w, va, G), VPMM_DRV_ERROR); /* entry 3 fires */
+    assert_int_equal(w->set_access(w, va, G, NULL, 0), VPMM_DRV_OK);    /* entry 2 */
+    assert_int_equal(w->set_access(w, va, G, NULL, 0), VPMM_DRV_ERROR); /* entry 3 fires */
     assert_int_equal(vpmm_fault_injected(w), 4);
 
     assert_int_equal(w->mem_unmap(w, va, G), VPMM_DRV_OK);
@@ -454,7 +454,7 @@ static void test_counters_and_live(void **state)
     for (int i = 0; i < 3; i++)
         assert_int_equal(w->mem_create(w, G, &h[i]), VPMM_DRV_OK);
     for (int i = 0; i < 2; i++)
-        assert_int_equal(w->event_create(w, &ev[i]), VPMM_DRV_OK);
+        assert_int_equal(w->event_create(w, NULL, &ev[i]), VPMM_DRV_OK);
     assert_int_equal(w->mem_map(w, va[0], G, h[0], 0), VPMM_DRV_OK);
     assert_int_equal(w->mem_map(w, va[0] + G, G, h[0], 0), VPMM_DRV_OK);
     assert_int_equal(w->mem_map(w, va[0] + 2 * G, G, h[1], 0), VPMM_DRV_OK);

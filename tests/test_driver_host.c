@@ -142,7 +142,7 @@ static vpmm_drv_handle_t create(vpmm_driver_t *d, size_t size)
 static void map_rw(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_drv_handle_t h, size_t off)
 {
     assert_int_equal(d->mem_map(d, va, size, h, off), VPMM_DRV_OK);
-    assert_int_equal(d->set_access(d, va, size), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, va, size, NULL, 0), VPMM_DRV_OK);
     CHECKED(d);
 }
 
@@ -174,6 +174,11 @@ static void test_entry_names(void **state)
         "cuGraphRetainUserObject",
         "cuUserObjectRelease",
         "cuGraphDestroy",
+        "cuMemSetAccess",
+        "cuMemGetAccess",
+        "cuStreamGetDevice",
+        "cuMemExportToShareableHandle",
+        "cuMemImportFromShareableHandle",
     };
     for (int e = 0; e < VPMM_DRV_ENTRY_COUNT; e++)
         assert_string_equal(vpmm_drv_entry_name((vpmm_drv_entry_t)e), want[e]);
@@ -364,7 +369,7 @@ static void test_close_releases_everything(void **state)
     map_rw(d, va, 4 * MiB, h, 0);
     memset((void *)va, 1, 4 * MiB);
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     vpmm_host_enqueue(d, S1);
     assert_int_equal(d->event_record(d, ev, S1), VPMM_DRV_OK);
     assert_int_equal(d->stream_wait_event(d, S2, ev), VPMM_DRV_OK);
@@ -623,7 +628,7 @@ static void test_set_access_rules(void **state)
     vpmm_drv_handle_t h1 = create(d, G), h2 = create(d, 2 * G), h3 = create(d, G);
 
     /* Nothing mapped yet. */
-    expect_failure(d, d->set_access(d, va, G), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va, G, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
 
     /* A fresh mapping is inaccessible until set_access. */
     assert_int_equal(d->mem_map(d, va, G, h1, 0), VPMM_DRV_OK);
@@ -634,19 +639,19 @@ static void test_set_access_rules(void **state)
     assert_false(readable((void *)(va + G)));
 
     /* Bad ranges: misaligned, empty, a gap, past the end. */
-    expect_failure(d, d->set_access(d, va + 4096, G), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
-    expect_failure(d, d->set_access(d, va, G + 4096), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
-    expect_failure(d, d->set_access(d, va, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
-    expect_failure(d, d->set_access(d, va, 5 * G), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
-    expect_failure(d, d->set_access(d, va + 2 * G, 2 * G), VPMM_DRV_INVALID, 1,
+    expect_failure(d, d->set_access(d, va + 4096, G, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va, G + 4096, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va, 0, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va, 5 * G, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va + 2 * G, 2 * G, NULL, 0), VPMM_DRV_INVALID, 1,
                    VPMM_DRV_SET_ACCESS);
     assert_false(readable((void *)va));
 
     /* Part of one mapping, then a range spanning two adjacent mappings. */
-    assert_int_equal(d->set_access(d, va + 2 * G, G), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, va + 2 * G, G, NULL, 0), VPMM_DRV_OK);
     assert_false(readable((void *)(va + G)));
     assert_true(writable((void *)(va + 2 * G)));
-    assert_int_equal(d->set_access(d, va, 3 * G), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, va, 3 * G, NULL, 0), VPMM_DRV_OK);
     assert_true(writable((void *)va));
     assert_true(writable((void *)(va + 3 * G - 1)));
     assert_false(readable((void *)(va + 3 * G)));
@@ -699,7 +704,7 @@ static void test_unmap_rules(void **state)
     assert_true(vma_at((void *)va).found);  /* still reserved */
     assert_true(memfd_backed((void *)(va + 4 * MiB)));
     assert_true(readable((void *)(va + 4 * MiB))); /* the neighbour is untouched */
-    expect_failure(d, d->set_access(d, va, G), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va, G, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
     expect_failure(d, d->mem_unmap(d, va, 4 * MiB), VPMM_DRV_INVALID, 1, VPMM_DRV_MEM_UNMAP);
     vpmm_host_counts_t after;
     vpmm_host_counts(d, &after);
@@ -785,7 +790,7 @@ static void test_many_handles_few_fds(void **state)
         assert_int_equal(d->mem_map(d, va + (N - 1 - i) * page, page, h[i], 0), VPMM_DRV_OK);
     }
     /* One set_access across all 4096 adjacent mappings. */
-    assert_int_equal(d->set_access(d, va, N * page), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, va, N * page, NULL, 0), VPMM_DRV_OK);
     for (size_t i = 0; i < N; i++)
         *(uint32_t *)(va + (N - 1 - i) * page) = (uint32_t)i;
     for (size_t i = 0; i < N; i++)
@@ -909,7 +914,7 @@ static void test_random_against_model(void **state)
             int ok = (size_t)slot + len <= SLOTS;
             for (size_t k = 0; ok && k < len; k++)
                 ok = owner[slot + (int)k] >= 0;
-            assert_int_equal(d->set_access(d, va + (size_t)slot * g, len * g),
+            assert_int_equal(d->set_access(d, va + (size_t)slot * g, len * g, NULL, 0),
                              ok ? VPMM_DRV_OK : VPMM_DRV_INVALID);
         }
         CHECKED(d);

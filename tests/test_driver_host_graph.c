@@ -80,7 +80,7 @@ static void test_capture_via_table(void **state)
                    VPMM_DRV_BEGIN_CAPTURE);
     /* A joined stream reports the same graph, cannot begin its own capture, nor end this one. */
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     assert_int_equal(d->event_record(d, ev, S1), VPMM_DRV_OK);
     assert_int_equal(d->stream_wait_event(d, S2, ev), VPMM_DRV_OK);
     assert_ptr_equal(capture_graph(d, S2, &st), seen);
@@ -151,7 +151,7 @@ static void test_capture_invalidated_end(void **state)
     dtor_log_t log = { .d = d };
     vpmm_drv_event_t ev;
     vpmm_capture_status_t st;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     vpmm_drv_uobj_t o = uobj_new(d, &log);
 
     assert_int_equal(d->begin_capture(d, S1, VPMM_CAPTURE_MODE_GLOBAL), VPMM_DRV_OK);
@@ -395,7 +395,7 @@ static void test_two_execs_of_one_graph(void **state)
     /* b: its launch waits (through a barrier) for work on S3; completing S2 completes S3 first,
      * and the destroyed b goes with it. */
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     vpmm_host_enqueue(d, S3);
     assert_int_equal(d->event_record(d, ev, S3), VPMM_DRV_OK);
     assert_int_equal(d->stream_wait_event(d, S2, ev), VPMM_DRV_OK);

@@ -62,8 +62,8 @@ static void test_event_record_query(void **state)
     (void)state;
     vpmm_driver_t *d = open_host(0, 0);
     vpmm_drv_event_t ev = NULL, ev2 = NULL;
-    expect_failure(d, d->event_create(d, NULL), VPMM_DRV_INVALID, 1, VPMM_DRV_EVENT_CREATE);
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    expect_failure(d, d->event_create(d, NULL, NULL), VPMM_DRV_INVALID, 1, VPMM_DRV_EVENT_CREATE);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     assert_non_null(ev);
     assert_int_equal(d->event_query(d, ev), VPMM_DRV_OK); /* never recorded: complete */
 
@@ -89,7 +89,7 @@ static void test_event_record_query(void **state)
 
     /* Destroyed events are unknown; their ids are not reused for new events. */
     assert_int_equal(d->event_destroy(d, ev), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &ev2), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev2), VPMM_DRV_OK);
     assert_ptr_not_equal(ev, ev2);
     expect_failure(d, d->event_query(d, ev), VPMM_DRV_INVALID, 1, VPMM_DRV_EVENT_QUERY);
     expect_failure(d, d->event_record(d, ev, S1), VPMM_DRV_INVALID, 1, VPMM_DRV_EVENT_RECORD);
@@ -114,9 +114,9 @@ static void test_waits_across_three_streams(void **state)
     vpmm_driver_t *d = open_host(0, 0);
     vpmm_stream_t A = vpmm_host_stream_create(d), B = vpmm_host_stream_create(d), C = S3;
     vpmm_drv_event_t ea, eb, done;
-    assert_int_equal(d->event_create(d, &ea), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &eb), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &done), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ea), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &eb), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &done), VPMM_DRV_OK);
 
     vpmm_host_enqueue(d, A);
     vpmm_host_enqueue(d, A);
@@ -164,7 +164,7 @@ static void test_waits_across_three_streams(void **state)
 
     /* A wait on finished work or on a never-recorded event adds no barrier. */
     vpmm_drv_event_t fresh;
-    assert_int_equal(d->event_create(d, &fresh), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &fresh), VPMM_DRV_OK);
     assert_int_equal(d->stream_wait_event(d, B, fresh), VPMM_DRV_OK);
     assert_int_equal(d->stream_wait_event(d, B, eb), VPMM_DRV_OK);
     assert_int_equal(d->stream_wait_event(d, B, ea), VPMM_DRV_OK); /* A@4: done */
@@ -216,8 +216,8 @@ static void test_record_after_wait(void **state)
     vpmm_stream_t A = vpmm_host_stream_create(d), B = vpmm_host_stream_create(d);
     vpmm_stream_t C = vpmm_host_stream_create(d);
     vpmm_drv_event_t ea, eb;
-    assert_int_equal(d->event_create(d, &ea), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &eb), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ea), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &eb), VPMM_DRV_OK);
 
     vpmm_host_enqueue(d, A);                                       /* A@1: running */
     assert_int_equal(d->event_record(d, ea, A), VPMM_DRV_OK);      /* A@1 */
@@ -255,7 +255,7 @@ static void test_barrier_graphs(void **state)
     enum { N = 300 };
     vpmm_driver_t *d = open_host(0, 0);
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
 
     /* Ping-pong: S1 and S2 wait on each other alternately (never a real cycle). */
     for (int i = 0; i < 50; i++) {
@@ -312,7 +312,7 @@ static void test_capture_basics(void **state)
     vpmm_driver_t *d = open_host(0, 0);
     uint64_t id = 0, got = 99;
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
 
     assert_int_equal(capture_status(d, S1, &got), VPMM_CAPTURE_NONE);
     assert_int_equal(got, 0);
@@ -373,8 +373,8 @@ static void test_capture_invalidation(void **state)
     vpmm_driver_t *d = open_host(0, 0);
     uint64_t id, got;
     vpmm_drv_event_t ev, plain;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &plain), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &plain), VPMM_DRV_OK);
 
     /* Querying a captured event: error 907 and the capture is invalidated. */
     assert_int_equal(vpmm_host_begin_capture(d, S1, &id), VPMM_DRV_OK);
@@ -447,7 +447,7 @@ static void test_capture_not_on_legacy_stream(void **state)
     assert_int_equal(vpmm_host_begin_capture(d, (vpmm_stream_t)(uintptr_t)1, &id),
                      VPMM_DRV_NOT_SUPPORTED);
     assert_int_equal(vpmm_host_begin_capture(d, s, &id), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     assert_int_equal(d->event_record(d, ev, s), VPMM_DRV_OK); /* a node in s's capture */
     assert_int_equal(d->stream_wait_event(d, NULL, ev), VPMM_DRV_ERROR);
     assert_int_equal(d->last_code, 906);
@@ -468,8 +468,8 @@ static void test_capture_join(void **state)
     vpmm_driver_t *d = open_host(0, 0);
     uint64_t id, got;
     vpmm_drv_event_t fork_ev, join_ev;
-    assert_int_equal(d->event_create(d, &fork_ev), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &join_ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &fork_ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &join_ev), VPMM_DRV_OK);
 
     assert_int_equal(vpmm_host_enqueue(d, S2), 1); /* real work on the side stream */
     assert_int_equal(vpmm_host_begin_capture(d, S1, &id), VPMM_DRV_OK);

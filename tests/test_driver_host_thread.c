@@ -195,7 +195,7 @@ static void test_per_thread_streams(void **state)
     assert_int_equal(vpmm_host_enqueue(d, ka), 4);
     assert_int_equal(on_thread(a, W_ENQUEUED, 0), 4);
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     assert_int_equal(d->event_record(d, ev, ka), VPMM_DRV_OK); /* a@4 */
     assert_int_equal(d->event_query(d, ev), VPMM_DRV_NOT_READY);
     vpmm_host_complete(d, ka);
@@ -286,7 +286,7 @@ static void test_per_thread_streams_concurrently(void **state)
     pthread_t t[T];
     pt_job_t jobs[T];
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     int started = 0;
     while (started < T) {
         jobs[started] = (pt_job_t){ .d = d };
@@ -327,7 +327,7 @@ static void test_default_stream_handles(void **state)
     vpmm_driver_t *d = open_host(0, 0);
     vpmm_drv_event_t ev;
     uint64_t id = 0;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     assert_int_equal(vpmm_host_enqueue(d, NULL), 1);
     assert_int_equal(vpmm_host_enqueue(d, LEGACY), 2);
     assert_int_equal(vpmm_host_stream_enqueued(d, NULL), 2);
@@ -390,7 +390,7 @@ static void test_legacy_syncs_with_per_thread(void **state)
     vpmm_stream_t ka = worker_key(a), kb = worker_key(b);
     vpmm_stream_t nb = vpmm_host_stream_create(d); /* non-blocking */
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
 
     /* An event on the (idle) legacy stream covers a's and b's earlier work, not nb's. */
     assert_int_equal(on_thread(a, W_ENQUEUE, 0), 1);
@@ -484,8 +484,8 @@ static void test_legacy_wait_orders_per_thread(void **state)
     worker_t *a = worker_start(d);
     vpmm_stream_t ka = worker_key(a), x = vpmm_host_stream_create(d), y = S1;
     vpmm_drv_event_t ex, el;
-    assert_int_equal(d->event_create(d, &ex), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &el), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ex), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &el), VPMM_DRV_OK);
 
     /* x -> (wait) legacy -> a: a's work waits for x's though neither names the other. */
     assert_int_equal(vpmm_host_enqueue(d, x), 1);
@@ -529,7 +529,7 @@ static void test_legacy_sync_barriers_bounded(void **state)
     worker_t *a = worker_start(d), *b = worker_start(d);
     vpmm_stream_t ka = worker_key(a), kb = worker_key(b);
     vpmm_drv_event_t ev;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
     assert_int_equal(on_thread(a, W_ENQUEUE, 0), 1);
     assert_int_equal(on_thread(b, W_ENQUEUE, 0), 1);
     for (int i = 0; i < 10000; i++) {
@@ -564,8 +564,8 @@ static void test_legacy_refused_while_per_thread_captures(void **state)
     vpmm_stream_t ka = worker_key(a), nb = vpmm_host_stream_create(d);
     vpmm_drv_event_t ev, fork_ev;
     uint64_t id = 0, got = 0;
-    assert_int_equal(d->event_create(d, &ev), VPMM_DRV_OK);
-    assert_int_equal(d->event_create(d, &fork_ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
+    assert_int_equal(d->event_create(d, NULL, &fork_ev), VPMM_DRV_OK);
     assert_int_equal(vpmm_host_enqueue(d, LEGACY), 1);
     assert_int_equal(on_thread(a, W_ENQUEUE, 0), 1);
 

@@ -77,7 +77,7 @@ static void test_reuse_in_stream_order(void **state)
     gp = tgp_create(&t);
     tcapture_begin(&t, gp, s);
     /* j joins the capture through an event recorded in it. */
-    assert_int_equal(t.host->event_create(t.host, &ev), VPMM_DRV_OK);
+    assert_int_equal(t.host->event_create(t.host, NULL, &ev), VPMM_DRV_OK);
     assert_int_equal(t.host->event_record(t.host, ev, s), VPMM_DRV_OK);
     assert_int_equal(t.host->stream_wait_event(t.host, j, ev), VPMM_DRV_OK);
 

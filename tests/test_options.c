@@ -746,7 +746,7 @@ static void test_env_names_table(void **state)
             set_here[i] = 1;
         }
     }
-    assert_int_equal(knobs, 14);
+    assert_int_equal(knobs, 15);
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
     for (size_t i = 0; i < vpmm_i_env_var_count; i++)
         if (set_here[i])

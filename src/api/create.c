@@ -46,7 +46,7 @@ static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
             vpmm_i_set_error("the host backend could not start (error %d)", (int)r);
         return vpmm_i_status_from_dres(r);
     }
-    r = vpmm_driver_cuda_open(opt->device, out);
+    r = vpmm_driver_cuda_open(opt->device, opt->ipc ? VPMM_DRV_OPEN_EXPORTABLE : 0, out);
     if (r == VPMM_DRV_NO_DEVICE)
         set_no_device_error(opt->device);
     else if (r == VPMM_DRV_NOT_SUPPORTED)

@@ -31,6 +31,11 @@ static const char *const call_names[VPMM_DRIVER_CALL_COUNT] = {
     "graph_retain_user_object",
     "user_object_release",
     "graph_destroy",
+    "revoke_access",
+    "get_access",
+    "stream_device",
+    "mem_export",
+    "mem_import",
 };
 
 const char *vpmm_driver_call_name(vpmm_driver_call_t call)

@@ -46,6 +46,7 @@ typedef struct vpmm_options {
     int verbose;
     int driver_stats;       /* wrap the backend in the counting decorator (api/create.c) */
     int worker;             /* a background thread unmaps zombies (worker.c) */
+    int ipc;                /* create exportable physical memory (CUDA IPC, share.c) */
     size_t handle_pages;    /* the most pages an ordinary growth puts in one handle (policy.c) */
     size_t small_bytes;     /* requests below this get pages of their own (policy.c); 0 until
                                finished (then an eighth of the page); 1 = no size classes */

@@ -191,7 +191,7 @@ vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages
             goto undo;
     }
     /* One access call for the whole span: the driver accepts several adjacent mappings. */
-    st = vpmm_i_drv_status(p, p->drv->set_access(p->drv, va, at - va));
+    st = vpmm_i_drv_status(p, p->drv->set_access(p->drv, va, at - va, p->peers, p->npeers));
     if (st == VPMM_SUCCESS)
         return VPMM_SUCCESS;
 undo:

@@ -269,6 +269,10 @@ struct vpmm_pool {
     uint64_t worker_unmaps;     /* zombie mappings it unmapped */
     uint64_t worker_cpu_ns;     /* its thread's CPU time, as of its last pass */
     vpmm_counters_t c;
+    /* Devices granted access besides the pool's own (peer.c): every set_access names them. */
+    int peers[VPMM_DRV_MAX_DEVICES];
+    size_t npeers;
+    uint64_t peer_grants; /* set_access calls that named peers */
     int drv_code; /* last failed driver call */
     const char *drv_call;
 };

@@ -105,7 +105,7 @@ vpmm_status_t vpmm_i_event_get(vpmm_pool_t *p, vpmm_drv_event_t *out)
         *out = p->idle_events[--p->idle_count];
         return VPMM_SUCCESS;
     }
-    return vpmm_i_drv_status(p, p->drv->event_create(p->drv, out));
+    return vpmm_i_drv_status(p, p->drv->event_create(p->drv, NULL, out));
 }
 
 void vpmm_i_event_put(vpmm_pool_t *p, vpmm_drv_event_t ev)

@@ -29,6 +29,11 @@ static const char *const entry_names[] = {
     [VPMM_DRV_GRAPH_RETAIN_USER_OBJECT] = "cuGraphRetainUserObject",
     [VPMM_DRV_USER_OBJECT_RELEASE] = "cuUserObjectRelease",
     [VPMM_DRV_GRAPH_DESTROY] = "cuGraphDestroy",
+    [VPMM_DRV_REVOKE_ACCESS] = "cuMemSetAccess",
+    [VPMM_DRV_GET_ACCESS] = "cuMemGetAccess",
+    [VPMM_DRV_STREAM_DEVICE] = "cuStreamGetDevice",
+    [VPMM_DRV_MEM_EXPORT] = "cuMemExportToShareableHandle",
+    [VPMM_DRV_MEM_IMPORT] = "cuMemImportFromShareableHandle",
 };
 
 _Static_assert(sizeof(entry_names) / sizeof(entry_names[0]) == VPMM_DRV_ENTRY_COUNT,

@@ -60,6 +60,28 @@
  *     caller owns. When the last reference goes (the graph and every executable graph made from
  *     it destroyed, their launches complete), the destructor runs once, on a thread of the
  *     driver's choosing (see vpmm_drv_uobj_fn).
+ *  9. Devices. An instance allocates on one device: `device`, its ordinal among the `device_count`
+ *     devices the backend sees (CUDA: the ordinal of cuDeviceGet; host: a device of the emulated
+ *     node, driver_host.h). Handles it creates live there. Virtual addresses are one space for
+ *     every device of the process, and access is per device: a mapping is usable by a device only
+ *     once set_access named it. set_access always grants the instance's own device, plus each
+ *     device of peers[] (read-write); revoke_access takes one peer's access away again (never
+ *     the own device's: the undo of a grant that failed part-way); get_access says whether a
+ *     device may read and write a mapped address (the validator's query: the fault decorator
+ *     neither counts nor fails it). `peer_capable` has bit k set when device k can be granted
+ *     access at all (CUDA: cuDeviceCanAccessPeer; the own device's bit is set). Streams belong to
+ *     a device too: stream_device says which (the special handles NULL, 0x1 and 0x2 name the
+ *     instance's own device's streams, and cost no call). An event is recorded only on a stream
+ *     of the device it was created on (CUDA refuses others, and so does the host backend):
+ *     event_create(d, NULL, ..) makes one for the own device's streams, event_create(d, s, ..)
+ *     one for stream s's device. Waits and queries work across devices.
+ * 10. Shareable handles (CUDA IPC). When `exportable` is set, every handle mem_create makes can be
+ *     exported: mem_export returns a new file descriptor for it (the caller closes it) plus a
+ *     backend-private offset (0 on CUDA); another process that obtained that descriptor (e.g.
+ *     with pidfd_getfd) and the handle's size turns it into a handle of its own with mem_import,
+ *     which it maps like any other (and releases with mem_release); the descriptor may be closed
+ *     after the import. The memory lives until its last handle and mapping are gone, in every
+ *     process. Without `exportable`, mem_export returns VPMM_DRV_NOT_SUPPORTED.
  */
 #ifndef VPMM_DRIVER_H
 #define VPMM_DRIVER_H
@@ -109,6 +131,11 @@ typedef enum vpmm_drv_entry {
     VPMM_DRV_GRAPH_RETAIN_USER_OBJECT,
     VPMM_DRV_USER_OBJECT_RELEASE,
     VPMM_DRV_GRAPH_DESTROY,
+    VPMM_DRV_REVOKE_ACCESS,
+    VPMM_DRV_GET_ACCESS,
+    VPMM_DRV_STREAM_DEVICE,
+    VPMM_DRV_MEM_EXPORT,
+    VPMM_DRV_MEM_IMPORT,
     VPMM_DRV_ENTRY_COUNT
 } vpmm_drv_entry_t;
 
@@ -131,6 +158,18 @@ typedef enum vpmm_capture_mode {
  * must not block on anything a CUDA call might hold. */
 typedef void (*vpmm_drv_uobj_fn)(void *arg);
 
+/* A handle exported for another process (rule 10): a file descriptor the exporter created for it
+ * (the caller owns it), the handle's size, and where the memory begins in what the descriptor
+ * names (0 on CUDA; the host backend's handles are extents of one file). */
+typedef struct vpmm_drv_shareable {
+    int fd;
+    uint64_t offset;
+    size_t size;
+} vpmm_drv_shareable_t;
+
+/* The most devices a backend reports (device_count), so that a set of them fits a uint64_t. */
+#define VPMM_DRV_MAX_DEVICES 64
+
 typedef struct vpmm_driver vpmm_driver_t;
 
 struct vpmm_driver {
@@ -139,6 +178,12 @@ struct vpmm_driver {
     /* Raw error of the latest failed call on this instance (rule 1). */
     _Atomic int last_code; /* atomic: entries may run on several threads (rule 7) */
     const char *_Atomic last_call;
+
+    /* Rule 9: what the instance allocates on, set by open and never changed. */
+    int device;            /* this instance's device ordinal */
+    int device_count;      /* devices the backend sees (<= VPMM_DRV_MAX_DEVICES) */
+    uint64_t peer_capable; /* bit k: device k can be granted access (the own device's bit too) */
+    int exportable;        /* rule 10: mem_create's handles can be exported */
 
     vpmm_dres_t (*granularity)(vpmm_driver_t *d, size_t *out_bytes);
 
@@ -150,9 +195,12 @@ struct vpmm_driver {
     vpmm_dres_t (*mem_map)(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_drv_handle_t handle,
                            size_t offset);
     vpmm_dres_t (*mem_unmap)(vpmm_driver_t *d, uintptr_t va, size_t size);
-    vpmm_dres_t (*set_access)(vpmm_driver_t *d, uintptr_t va, size_t size);
+    /* Rule 9: read-write access to [va, va + size) for the own device and peers[0..npeers). */
+    vpmm_dres_t (*set_access)(vpmm_driver_t *d, uintptr_t va, size_t size, const int *peers,
+                              size_t npeers);
 
-    vpmm_dres_t (*event_create)(vpmm_driver_t *d, vpmm_drv_event_t *out_event);
+    /* Rule 9: an event for the streams of the own device (on == NULL) or of stream on's device. */
+    vpmm_dres_t (*event_create)(vpmm_driver_t *d, vpmm_stream_t on, vpmm_drv_event_t *out_event);
     vpmm_dres_t (*event_destroy)(vpmm_driver_t *d, vpmm_drv_event_t event);
     vpmm_dres_t (*event_record)(vpmm_driver_t *d, vpmm_drv_event_t event, vpmm_stream_t stream);
     vpmm_dres_t (*event_query)(vpmm_driver_t *d, vpmm_drv_event_t event);
@@ -177,15 +225,31 @@ struct vpmm_driver {
     /* cuGraphDestroy (a graph vpmm ended while abandoning a failed capture; vpmm_graph_destroy). */
     vpmm_dres_t (*graph_destroy)(vpmm_driver_t *d, vpmm_graph_t graph);
 
+    /* Several devices (rule 9). */
+    vpmm_dres_t (*revoke_access)(vpmm_driver_t *d, uintptr_t va, size_t size, int peer);
+    vpmm_dres_t (*get_access)(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw);
+    vpmm_dres_t (*stream_device)(vpmm_driver_t *d, vpmm_stream_t stream, int *out_device);
+
+    /* Shareable handles (rule 10). */
+    vpmm_dres_t (*mem_export)(vpmm_driver_t *d, vpmm_drv_handle_t handle,
+                              vpmm_drv_shareable_t *out);
+    vpmm_dres_t (*mem_import)(vpmm_driver_t *d, const vpmm_drv_shareable_t *in,
+                              vpmm_drv_handle_t *out_handle);
+
     void (*close)(vpmm_driver_t *d);
 };
+
+/* vpmm_driver_cuda_open's flags. */
+#define VPMM_DRV_OPEN_EXPORTABLE 1u /* create exportable handles where the device can (rule 10) */
 
 /*
  * Opens the CUDA backend on a device (-1: the calling thread's current device, else 0).
  * VPMM_DRV_NO_DEVICE when libcuda.so.1 is missing, cuInit fails or there is no such device;
- * VPMM_DRV_NOT_SUPPORTED when the device has no VMM support. Defined in driver_cuda.c.
+ * VPMM_DRV_NOT_SUPPORTED when the device has no VMM support. With VPMM_DRV_OPEN_EXPORTABLE, handles
+ * are created as POSIX file descriptors when the device supports it (`exportable` says whether).
+ * Defined in driver_cuda.c.
  */
-vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out);
+vpmm_dres_t vpmm_driver_cuda_open(int device, unsigned flags, vpmm_driver_t **out);
 
 /* Number of CUDA devices usable by the CUDA backend (0 when there is no driver). */
 int vpmm_driver_cuda_device_count(void);

@@ -42,6 +42,11 @@ _Static_assert((int)VPMM_DRIVER_CALL_GRAPH_RETAIN_USER_OBJECT ==
 _Static_assert((int)VPMM_DRIVER_CALL_USER_OBJECT_RELEASE == (int)VPMM_DRV_USER_OBJECT_RELEASE,
                "entry order");
 _Static_assert((int)VPMM_DRIVER_CALL_GRAPH_DESTROY == (int)VPMM_DRV_GRAPH_DESTROY, "entry order");
+_Static_assert((int)VPMM_DRIVER_CALL_REVOKE_ACCESS == (int)VPMM_DRV_REVOKE_ACCESS, "entry order");
+_Static_assert((int)VPMM_DRIVER_CALL_GET_ACCESS == (int)VPMM_DRV_GET_ACCESS, "entry order");
+_Static_assert((int)VPMM_DRIVER_CALL_STREAM_DEVICE == (int)VPMM_DRV_STREAM_DEVICE, "entry order");
+_Static_assert((int)VPMM_DRIVER_CALL_MEM_EXPORT == (int)VPMM_DRV_MEM_EXPORT, "entry order");
+_Static_assert((int)VPMM_DRIVER_CALL_MEM_IMPORT == (int)VPMM_DRV_MEM_IMPORT, "entry order");
 _Static_assert((int)VPMM_DRIVER_CALL_COUNT == (int)VPMM_DRV_ENTRY_COUNT, "entry count");
 
 typedef struct count_entry {
@@ -121,14 +126,43 @@ static vpmm_dres_t count_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     FORWARD(VPMM_DRV_MEM_UNMAP, mem_unmap(c->inner, va, size));
 }
 
-static vpmm_dres_t count_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
+static vpmm_dres_t count_set_access(vpmm_driver_t *d, uintptr_t va, size_t size,
+                                    const int *peers, size_t npeers)
 {
-    FORWARD(VPMM_DRV_SET_ACCESS, set_access(c->inner, va, size));
+    FORWARD(VPMM_DRV_SET_ACCESS, set_access(c->inner, va, size, peers, npeers));
 }
 
-static vpmm_dres_t count_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+static vpmm_dres_t count_event_create(vpmm_driver_t *d, vpmm_stream_t on,
+                                      vpmm_drv_event_t *out_event)
 {
-    FORWARD(VPMM_DRV_EVENT_CREATE, event_create(c->inner, out_event));
+    FORWARD(VPMM_DRV_EVENT_CREATE, event_create(c->inner, on, out_event));
+}
+
+static vpmm_dres_t count_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size, int peer)
+{
+    FORWARD(VPMM_DRV_REVOKE_ACCESS, revoke_access(c->inner, va, size, peer));
+}
+
+static vpmm_dres_t count_get_access(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw)
+{
+    FORWARD(VPMM_DRV_GET_ACCESS, get_access(c->inner, va, device, out_rw));
+}
+
+static vpmm_dres_t count_stream_device(vpmm_driver_t *d, vpmm_stream_t stream, int *out_device)
+{
+    FORWARD(VPMM_DRV_STREAM_DEVICE, stream_device(c->inner, stream, out_device));
+}
+
+static vpmm_dres_t count_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
+                                    vpmm_drv_shareable_t *out)
+{
+    FORWARD(VPMM_DRV_MEM_EXPORT, mem_export(c->inner, handle, out));
+}
+
+static vpmm_dres_t count_mem_import(vpmm_driver_t *d, const vpmm_drv_shareable_t *in,
+                                    vpmm_drv_handle_t *out_handle)
+{
+    FORWARD(VPMM_DRV_MEM_IMPORT, mem_import(c->inner, in, out_handle));
 }
 
 static vpmm_dres_t count_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
@@ -249,6 +283,10 @@ vpmm_dres_t vpmm_count_wrap(vpmm_driver_t *inner, int owns_inner, vpmm_driver_t 
     c->owns_inner = owns_inner;
     c->base = (vpmm_driver_t){
         .name = inner->name, /* transparent: reports name the real backend */
+        .device = inner->device,
+        .device_count = inner->device_count,
+        .peer_capable = inner->peer_capable,
+        .exportable = inner->exportable,
         .granularity = count_granularity,
         .va_reserve = count_va_reserve,
         .va_free = count_va_free,
@@ -271,6 +309,11 @@ vpmm_dres_t vpmm_count_wrap(vpmm_driver_t *inner, int owns_inner, vpmm_driver_t 
         .graph_retain_user_object = count_graph_retain_user_object,
         .user_object_release = count_user_object_release,
         .graph_destroy = count_graph_destroy,
+        .revoke_access = count_revoke_access,
+        .get_access = count_get_access,
+        .stream_device = count_stream_device,
+        .mem_export = count_mem_export,
+        .mem_import = count_mem_import,
         .close = count_close,
     };
     *out = &c->base;

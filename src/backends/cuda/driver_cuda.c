@@ -109,6 +109,11 @@ static struct cu_api {
     PFN_cuMemMap_v10020 mem_map;
     PFN_cuMemUnmap_v10020 mem_unmap;
     PFN_cuMemSetAccess_v10020 mem_set_access;
+    PFN_cuMemGetAccess_v10020 mem_get_access;
+    PFN_cuMemExportToShareableHandle_v10020 mem_export_to_shareable_handle;
+    PFN_cuMemImportFromShareableHandle_v10020 mem_import_from_shareable_handle;
+    PFN_cuDeviceCanAccessPeer_v4000 device_can_access_peer;
+    PFN_cuStreamGetCtx_v9020 stream_get_ctx;
     PFN_cuEventCreate_v2000 event_create;
     PFN_cuEventDestroy_v4000 event_destroy;
     PFN_cuEventRecord_v2000 event_record;
@@ -193,6 +198,11 @@ static void cu_load_once(void)
     CU_RESOLVE(mem_map, "cuMemMap", 10020);
     CU_RESOLVE(mem_unmap, "cuMemUnmap", 10020);
     CU_RESOLVE(mem_set_access, "cuMemSetAccess", 10020);
+    CU_RESOLVE(mem_get_access, "cuMemGetAccess", 10020);
+    CU_RESOLVE(mem_export_to_shareable_handle, "cuMemExportToShareableHandle", 10020);
+    CU_RESOLVE(mem_import_from_shareable_handle, "cuMemImportFromShareableHandle", 10020);
+    CU_RESOLVE(device_can_access_peer, "cuDeviceCanAccessPeer", 4000);
+    CU_RESOLVE(stream_get_ctx, "cuStreamGetCtx", 9020);
     CU_RESOLVE(event_create, "cuEventCreate", 2000);
     CU_RESOLVE(event_destroy, "cuEventDestroy", 4000);
     CU_RESOLVE(event_record, "cuEventRecord", 2000);
@@ -253,8 +263,7 @@ typedef struct cuda_driver {
     CUdevice device;
     CUcontext ctx; /* the device's primary context, retained by this instance */
     size_t granularity;
-    CUmemAllocationProp prop; /* pinned device memory at `device`, no shareable handle types */
-    CUmemAccessDesc access;   /* read-write for `device` */
+    CUmemAllocationProp prop; /* pinned device memory at `device`; POSIX fds when exportable */
 } cuda_driver_t;
 
 static cuda_driver_t *cuda_of(vpmm_driver_t *d)
@@ -320,10 +329,12 @@ static vpmm_dres_t cu_ctx_enter(cuda_driver_t *cd, int *pushed)
         return cu_fail(cd, r, "cuCtxGetCurrent");
     if (cur == cd->ctx)
         return VPMM_DRV_OK;
-    if (cur == NULL) {
-        /* A thread with no context gets our device's primary context and keeps it, exactly as
-         * the runtime does on a thread's first CUDA call: later calls then cost one
-         * cuCtxGetCurrent, not a push and a pop (which is what the malloc hot path needs). */
+    if (cur == NULL && cd->base.device == 0) {
+        /* A thread with no context gets device 0's primary context and keeps it, exactly as the
+         * runtime does on a thread's first CUDA call (its current device is 0 until it sets
+         * one): later calls then cost one cuCtxGetCurrent, not a push and a pop (which is what
+         * the malloc hot path needs). Another device's context is pushed and popped instead:
+         * keeping it would change the thread's current device under the application. */
         r = g_cu.ctx_set_current(cd->ctx);
         if (r != CUDA_SUCCESS)
             return cu_fail(cd, r, "cuCtxSetCurrent");
@@ -469,28 +480,187 @@ static vpmm_dres_t cu_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     return VPMM_DRV_OK;
 }
 
-/* One cuMemSetAccess over the whole range, which may span several adjacent mappings. */
-static vpmm_dres_t cu_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
+static CUmemAccessDesc cu_access_desc(int device, CUmemAccess_flags flags)
+{
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = device;
+    a.flags = flags;
+    return a;
+}
+
+static int cu_bad_peer(const cuda_driver_t *cd, int peer)
+{
+    return peer < 0 || peer >= cd->base.device_count;
+}
+
+/* One cuMemSetAccess over the whole range, which may span several adjacent mappings: read-write
+ * for the own device and every peer, one descriptor each (rule 9). */
+static vpmm_dres_t cu_set_access(vpmm_driver_t *d, uintptr_t va, size_t size, const int *peers,
+                                 size_t npeers)
 {
     cuda_driver_t *cd = cuda_of(d);
-    if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
+    CUmemAccessDesc desc[VPMM_DRV_MAX_DEVICES + 1];
+    if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size) ||
+        npeers > VPMM_DRV_MAX_DEVICES || (npeers > 0 && peers == NULL))
         return cu_invalid(cd, "cuMemSetAccess");
+    desc[0] = cu_access_desc(d->device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    for (size_t i = 0; i < npeers; i++) {
+        if (cu_bad_peer(cd, peers[i]))
+            return cu_invalid(cd, "cuMemSetAccess");
+        desc[i + 1] = cu_access_desc(peers[i], CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    }
     CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, &cd->access, 1));
+    CU_RELAXED(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, desc, npeers + 1));
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuMemSetAccess");
     return VPMM_DRV_OK;
 }
 
-static vpmm_dres_t cu_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+/* The undo of a grant: the peer's access taken away (PROT_NONE), never the own device's. */
+static vpmm_dres_t cu_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size, int peer)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size) ||
+        cu_bad_peer(cd, peer) || peer == d->device)
+        return cu_invalid(cd, "cuMemSetAccess");
+    CUmemAccessDesc desc = cu_access_desc(peer, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    CUresult r;
+    CU_RELAXED(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, &desc, 1));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemSetAccess");
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_get_access(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    if (va == 0 || out_rw == NULL || cu_bad_peer(cd, device))
+        return cu_invalid(cd, "cuMemGetAccess");
+    CUmemLocation loc;
+    memset(&loc, 0, sizeof loc);
+    loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = device;
+    unsigned long long flags = 0;
+    CUresult r;
+    CU_RELAXED(cd, r, g_cu.mem_get_access(&flags, &loc, (CUdeviceptr)va));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemGetAccess");
+    *out_rw = flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return VPMM_DRV_OK;
+}
+
+/* The special handles name the own device's streams (rule 9). */
+static int cu_special_stream(vpmm_stream_t s)
+{
+    return (uintptr_t)s <= 2; /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
+}
+
+/* The context a stream's work runs in (the instance's own for the special handles). */
+static vpmm_dres_t cu_stream_ctx(cuda_driver_t *cd, vpmm_stream_t s, CUcontext *out)
+{
+    if (cu_special_stream(s)) {
+        *out = cd->ctx;
+        return VPMM_DRV_OK;
+    }
+    CUresult r = g_cu.stream_get_ctx((CUstream)s, out);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuStreamGetCtx");
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_stream_device(vpmm_driver_t *d, vpmm_stream_t stream, int *out_device)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUcontext ctx = NULL;
+    CUdevice dev = 0;
+    if (out_device == NULL)
+        return cu_invalid(cd, "cuStreamGetCtx");
+    vpmm_dres_t st = cu_stream_ctx(cd, stream, &ctx);
+    if (st != VPMM_DRV_OK)
+        return st;
+    if (ctx == cd->ctx) {
+        *out_device = d->device;
+        return VPMM_DRV_OK;
+    }
+    CUresult r = g_cu.ctx_push_current(ctx);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuCtxPushCurrent");
+    r = g_cu.ctx_get_device(&dev);
+    cu_ctx_leave(1);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuCtxGetDevice");
+    *out_device = (int)dev;
+    return VPMM_DRV_OK;
+}
+
+/* An event of the own context, or of stream on's (an event is recorded only on a stream of its
+ * own device: rule 9). */
+static vpmm_dres_t cu_event_create(vpmm_driver_t *d, vpmm_stream_t on, vpmm_drv_event_t *out_event)
 {
     cuda_driver_t *cd = cuda_of(d);
     CUevent ev = NULL;
+    CUcontext ctx = cd->ctx;
     CUresult r;
-    CU_RELAXED(cd, r, g_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING));
+    if (on != NULL) {
+        vpmm_dres_t st = cu_stream_ctx(cd, on, &ctx);
+        if (st != VPMM_DRV_OK)
+            return st;
+    }
+    if (ctx == cd->ctx) {
+        CU_RELAXED(cd, r, g_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING));
+    } else {
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        r = g_cu.ctx_push_current(ctx);
+        if (r != CUDA_SUCCESS)
+            return cu_fail(cd, r, "cuCtxPushCurrent");
+        (void)g_cu.thread_exchange_capture_mode(&mode);
+        r = g_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING);
+        (void)g_cu.thread_exchange_capture_mode(&mode);
+        cu_ctx_leave(1);
+    }
     if (r != CUDA_SUCCESS)
         return cu_fail(cd, r, "cuEventCreate");
     *out_event = (vpmm_drv_event_t)ev;
+    return VPMM_DRV_OK;
+}
+
+/* A new POSIX file descriptor for the handle (rule 10); the caller closes it. */
+static vpmm_dres_t cu_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
+                                 vpmm_drv_shareable_t *out)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    int fd = -1;
+    if (out == NULL)
+        return cu_invalid(cd, "cuMemExportToShareableHandle");
+    if (!d->exportable)
+        return cu_fail(cd, CUDA_ERROR_NOT_SUPPORTED, "cuMemExportToShareableHandle");
+    CUresult r;
+    CU_RELAXED(cd, r,
+               g_cu.mem_export_to_shareable_handle(&fd, (CUmemGenericAllocationHandle)handle,
+                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemExportToShareableHandle");
+    out->fd = fd;
+    out->offset = 0;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t cu_mem_import(vpmm_driver_t *d, const vpmm_drv_shareable_t *in,
+                                 vpmm_drv_handle_t *out_handle)
+{
+    cuda_driver_t *cd = cuda_of(d);
+    CUmemGenericAllocationHandle h = 0;
+    if (in == NULL || out_handle == NULL || in->fd < 0 || in->offset != 0)
+        return cu_invalid(cd, "cuMemImportFromShareableHandle");
+    CUresult r;
+    CU_RELAXED(cd, r,
+               g_cu.mem_import_from_shareable_handle(&h, (void *)(uintptr_t)in->fd,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    if (r != CUDA_SUCCESS)
+        return cu_fail(cd, r, "cuMemImportFromShareableHandle");
+    *out_handle = (vpmm_drv_handle_t)h;
     return VPMM_DRV_OK;
 }
 
@@ -721,7 +891,44 @@ static CUresult cu_pick_device(int ordinal, CUdevice *out_dev)
     return g_cu.device_get(out_dev, ordinal);
 }
 
-vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out)
+/*
+ * Whether this device's handles can be created exportable as POSIX file descriptors: the attribute
+ * says so, and one granule created that way really is (some virtualised setups advertise it and
+ * refuse the creation). Costs one small create and release, at open.
+ */
+static int cu_probe_exportable(cuda_driver_t *cd)
+{
+    int supported = 0;
+    CUmemGenericAllocationHandle h = 0;
+    CUmemAllocationProp prop = cd->prop;
+    if (g_cu.device_get_attribute(&supported,
+                                  CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                  cd->device) != CUDA_SUCCESS ||
+        !supported)
+        return 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (g_cu.mem_create(&h, cd->granularity, &prop, 0) != CUDA_SUCCESS)
+        return 0;
+    (void)g_cu.mem_release(h);
+    return 1;
+}
+
+/* Bit k: device k can be granted access to this device's memory (the own bit set). */
+static uint64_t cu_peer_capable(const cuda_driver_t *cd)
+{
+    uint64_t mask = (uint64_t)1 << (int)cd->device;
+    for (int k = 0; k < g_cu.device_count && k < VPMM_DRV_MAX_DEVICES; k++) {
+        int can = 0;
+        CUdevice peer = 0;
+        if (k == (int)cd->device || g_cu.device_get(&peer, k) != CUDA_SUCCESS)
+            continue;
+        if (g_cu.device_can_access_peer(&can, peer, cd->device) == CUDA_SUCCESS && can)
+            mask |= (uint64_t)1 << k;
+    }
+    return mask;
+}
+
+vpmm_dres_t vpmm_driver_cuda_open(int device, unsigned flags, vpmm_driver_t **out)
 {
     if (out == NULL)
         return VPMM_DRV_INVALID;
@@ -762,8 +969,6 @@ vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out)
     cd->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
     cd->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     cd->prop.location.id = (int)cd->device;
-    cd->access.location = cd->prop.location;
-    cd->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 
     r = g_cu.mem_get_allocation_granularity(&cd->granularity, &cd->prop,
                                             CU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -776,6 +981,14 @@ vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out)
     b->name = "cuda";
     b->last_code = 0;
     b->last_call = NULL;
+    b->device = (int)cd->device;
+    b->device_count =
+        g_cu.device_count < VPMM_DRV_MAX_DEVICES ? g_cu.device_count : VPMM_DRV_MAX_DEVICES;
+    b->peer_capable = cu_peer_capable(cd);
+    if ((flags & VPMM_DRV_OPEN_EXPORTABLE) && cu_probe_exportable(cd)) {
+        b->exportable = 1;
+        cd->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    }
     b->granularity = cu_granularity;
     b->va_reserve = cu_va_reserve;
     b->va_free = cu_va_free;
@@ -798,6 +1011,11 @@ vpmm_dres_t vpmm_driver_cuda_open(int device, vpmm_driver_t **out)
     b->graph_retain_user_object = cu_graph_retain_user_object;
     b->user_object_release = cu_user_object_release;
     b->graph_destroy = cu_graph_destroy;
+    b->revoke_access = cu_revoke_access;
+    b->get_access = cu_get_access;
+    b->stream_device = cu_stream_device;
+    b->mem_export = cu_mem_export;
+    b->mem_import = cu_mem_import;
     b->close = cu_close;
     *out = b;
     return VPMM_DRV_OK;

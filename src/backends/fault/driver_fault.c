@@ -150,15 +150,17 @@ static vpmm_dres_t fault_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     return unlocked(f, res);
 }
 
-static vpmm_dres_t fault_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
+static vpmm_dres_t fault_set_access(vpmm_driver_t *d, uintptr_t va, size_t size,
+                                    const int *peers, size_t npeers)
 {
-    FORWARD(VPMM_DRV_SET_ACCESS, set_access(f->inner, va, size));
+    FORWARD(VPMM_DRV_SET_ACCESS, set_access(f->inner, va, size, peers, npeers));
     return unlocked(f, res);
 }
 
-static vpmm_dres_t fault_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+static vpmm_dres_t fault_event_create(vpmm_driver_t *d, vpmm_stream_t on,
+                                      vpmm_drv_event_t *out_event)
 {
-    FORWARD(VPMM_DRV_EVENT_CREATE, event_create(f->inner, out_event));
+    FORWARD(VPMM_DRV_EVENT_CREATE, event_create(f->inner, on, out_event));
     f->live.events += res == VPMM_DRV_OK;
     return unlocked(f, res);
 }
@@ -254,6 +256,42 @@ static vpmm_dres_t fault_graph_destroy(vpmm_driver_t *d, vpmm_graph_t graph)
     return unlocked(f, res);
 }
 
+static vpmm_dres_t fault_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size, int peer)
+{
+    FORWARD(VPMM_DRV_REVOKE_ACCESS, revoke_access(f->inner, va, size, peer));
+    return unlocked(f, res);
+}
+
+/* The validator's query (driver.h rule 9): neither counted nor failed, so that a fault sweep never
+ * lands inside vpmm_pool_check. */
+static vpmm_dres_t fault_get_access(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw)
+{
+    fault_drv_t *f = (fault_drv_t *)d;
+    return f->inner->get_access(f->inner, va, device, out_rw);
+}
+
+static vpmm_dres_t fault_stream_device(vpmm_driver_t *d, vpmm_stream_t stream, int *out_device)
+{
+    FORWARD(VPMM_DRV_STREAM_DEVICE, stream_device(f->inner, stream, out_device));
+    return unlocked(f, res);
+}
+
+static vpmm_dres_t fault_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
+                                    vpmm_drv_shareable_t *out)
+{
+    FORWARD(VPMM_DRV_MEM_EXPORT, mem_export(f->inner, handle, out));
+    return unlocked(f, res);
+}
+
+/* An imported handle is a handle the caller releases: counted live as a created one. */
+static vpmm_dres_t fault_mem_import(vpmm_driver_t *d, const vpmm_drv_shareable_t *in,
+                                    vpmm_drv_handle_t *out_handle)
+{
+    FORWARD(VPMM_DRV_MEM_IMPORT, mem_import(f->inner, in, out_handle));
+    f->live.handles += res == VPMM_DRV_OK;
+    return unlocked(f, res);
+}
+
 static void fault_close(vpmm_driver_t *d)
 {
     fault_drv_t *f = (fault_drv_t *)d;
@@ -293,6 +331,10 @@ vpmm_dres_t vpmm_fault_wrap(vpmm_driver_t *inner, vpmm_driver_t **out)
     f->name = name;
     f->base = (vpmm_driver_t){
         .name = name,
+        .device = inner->device,
+        .device_count = inner->device_count,
+        .peer_capable = inner->peer_capable,
+        .exportable = inner->exportable,
         .granularity = fault_granularity,
         .va_reserve = fault_va_reserve,
         .va_free = fault_va_free,
@@ -315,6 +357,11 @@ vpmm_dres_t vpmm_fault_wrap(vpmm_driver_t *inner, vpmm_driver_t **out)
         .graph_retain_user_object = fault_graph_retain_user_object,
         .user_object_release = fault_user_object_release,
         .graph_destroy = fault_graph_destroy,
+        .revoke_access = fault_revoke_access,
+        .get_access = fault_get_access,
+        .stream_device = fault_stream_device,
+        .mem_export = fault_mem_export,
+        .mem_import = fault_mem_import,
         .close = fault_close,
     };
     *out = &f->base;

@@ -439,12 +439,20 @@ static vpmm_dres_t host_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     return VPMM_DRV_OK;
 }
 
-static vpmm_dres_t host_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
+static vpmm_dres_t host_set_access(vpmm_driver_t *d, uintptr_t va, size_t size,
+                                   const int *peers, size_t npeers)
 {
     host_drv_t *h = (host_drv_t *)d;
     const vpmm_drv_entry_t e = VPMM_DRV_SET_ACCESS;
-    if (size == 0 || !gran_aligned(h, va) || !gran_aligned(h, size) || size > UINTPTR_MAX - va)
+    uint64_t grant = (uint64_t)1 << d->device;
+    if (size == 0 || !gran_aligned(h, va) || !gran_aligned(h, size) || size > UINTPTR_MAX - va ||
+        (npeers > 0 && peers == NULL))
         return vpmm_host_i_fail_invalid(h, e);
+    for (size_t i = 0; i < npeers; i++) {
+        if (peers[i] < 0 || peers[i] >= d->device_count)
+            return vpmm_host_i_fail_invalid(h, e);
+        grant |= (uint64_t)1 << peers[i];
+    }
     /* Every granule must be mapped; the range may span several adjacent mappings. */
     for (uintptr_t cur = va, end = va + size; cur < end;) {
         const host_map_t *m = map_below(h, cur + 1);
@@ -454,7 +462,57 @@ static vpmm_dres_t host_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
     }
     if (mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0)
         return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, errno_code(errno));
+    for (uintptr_t cur = va, end = va + size; cur < end;) {
+        host_map_t *m = map_below(h, cur + 1);
+        m->access |= grant;
+        cur = m->va + m->size;
+    }
     return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t host_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size, int peer)
+{
+    (void)va;
+    (void)size;
+    (void)peer;
+    return vpmm_host_i_fail_invalid((host_drv_t *)d, VPMM_DRV_REVOKE_ACCESS); /* one device */
+}
+
+static vpmm_dres_t host_get_access(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw)
+{
+    host_drv_t *h = (host_drv_t *)d;
+    const host_map_t *m = map_below(h, va + 1);
+    if (out_rw == NULL || device < 0 || device >= d->device_count || !m || m->va + m->size <= va)
+        return vpmm_host_i_fail_invalid(h, VPMM_DRV_GET_ACCESS);
+    *out_rw = (m->access >> device) & 1;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t host_stream_device(vpmm_driver_t *d, vpmm_stream_t stream, int *out_device)
+{
+    (void)stream;
+    if (out_device == NULL)
+        return vpmm_host_i_fail_invalid((host_drv_t *)d, VPMM_DRV_STREAM_DEVICE);
+    *out_device = d->device;
+    return VPMM_DRV_OK;
+}
+
+static vpmm_dres_t host_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
+                                   vpmm_drv_shareable_t *out)
+{
+    (void)handle;
+    (void)out;
+    return vpmm_host_i_fail((host_drv_t *)d, VPMM_DRV_MEM_EXPORT, VPMM_DRV_NOT_SUPPORTED,
+                            CODE_NOT_SUPPORTED);
+}
+
+static vpmm_dres_t host_mem_import(vpmm_driver_t *d, const vpmm_drv_shareable_t *in,
+                                   vpmm_drv_handle_t *out_handle)
+{
+    (void)in;
+    (void)out_handle;
+    return vpmm_host_i_fail((host_drv_t *)d, VPMM_DRV_MEM_IMPORT, VPMM_DRV_NOT_SUPPORTED,
+                            CODE_NOT_SUPPORTED);
 }
 
 static vpmm_dres_t host_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *out_total)
@@ -544,14 +602,43 @@ static vpmm_dres_t locked_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     LOCKED((host_drv_t *)d, host_mem_unmap(d, va, size));
 }
 
-static vpmm_dres_t locked_set_access(vpmm_driver_t *d, uintptr_t va, size_t size)
+static vpmm_dres_t locked_set_access(vpmm_driver_t *d, uintptr_t va, size_t size,
+                                     const int *peers, size_t npeers)
 {
-    LOCKED((host_drv_t *)d, host_set_access(d, va, size));
+    LOCKED((host_drv_t *)d, host_set_access(d, va, size, peers, npeers));
 }
 
-static vpmm_dres_t locked_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+static vpmm_dres_t locked_event_create(vpmm_driver_t *d, vpmm_stream_t on,
+                                       vpmm_drv_event_t *out_event)
 {
-    LOCKED((host_drv_t *)d, vpmm_host_i_event_create(d, out_event));
+    LOCKED((host_drv_t *)d, vpmm_host_i_event_create(d, on, out_event));
+}
+
+static vpmm_dres_t locked_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size, int peer)
+{
+    LOCKED((host_drv_t *)d, host_revoke_access(d, va, size, peer));
+}
+
+static vpmm_dres_t locked_get_access(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw)
+{
+    LOCKED((host_drv_t *)d, host_get_access(d, va, device, out_rw));
+}
+
+static vpmm_dres_t locked_stream_device(vpmm_driver_t *d, vpmm_stream_t stream, int *out_device)
+{
+    LOCKED((host_drv_t *)d, host_stream_device(d, stream, out_device));
+}
+
+static vpmm_dres_t locked_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
+                                     vpmm_drv_shareable_t *out)
+{
+    LOCKED((host_drv_t *)d, host_mem_export(d, handle, out));
+}
+
+static vpmm_dres_t locked_mem_import(vpmm_driver_t *d, const vpmm_drv_shareable_t *in,
+                                     vpmm_drv_handle_t *out_handle)
+{
+    LOCKED((host_drv_t *)d, host_mem_import(d, in, out_handle));
 }
 
 static vpmm_dres_t locked_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
@@ -662,6 +749,10 @@ vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
     h->graph_ops = &vpmm_host_i_graph_ops;
     h->base = (vpmm_driver_t){
         .name = vpmm_host_i_name,
+        .device = 0,
+        .device_count = 1,
+        .peer_capable = 1,
+        .exportable = 0,
         .granularity = locked_granularity,
         .va_reserve = locked_va_reserve,
         .va_free = locked_va_free,
@@ -684,6 +775,11 @@ vpmm_dres_t vpmm_host_open(const vpmm_host_options_t *opt, vpmm_driver_t **out)
         .graph_retain_user_object = locked_graph_retain_user_object,
         .user_object_release = locked_user_object_release,
         .graph_destroy = locked_graph_destroy,
+        .revoke_access = locked_revoke_access,
+        .get_access = locked_get_access,
+        .stream_device = locked_stream_device,
+        .mem_export = locked_mem_export,
+        .mem_import = locked_mem_import,
         .close = host_close,
     };
     *out = &h->base;

@@ -95,6 +95,7 @@ typedef struct host_map {
     uintptr_t va;
     size_t size, offset; /* bytes [offset, offset+size) of handle */
     host_handle_t *handle;
+    uint64_t access; /* bit k: device k may read and write it (set_access) */
 } host_map_t;
 
 typedef struct host_resv {
@@ -344,7 +345,8 @@ uint64_t vpmm_host_i_next_token(void);
 void vpmm_host_i_stream_fini(host_drv_t *h);
 
 /* driver_host_stream.c: the stream-side entry points of the driver table (driver.h). */
-vpmm_dres_t vpmm_host_i_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event);
+vpmm_dres_t vpmm_host_i_event_create(vpmm_driver_t *d, vpmm_stream_t on,
+                                     vpmm_drv_event_t *out_event);
 vpmm_dres_t vpmm_host_i_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event);
 vpmm_dres_t vpmm_host_i_event_record(vpmm_driver_t *d, vpmm_drv_event_t event,
                                      vpmm_stream_t stream);

@@ -391,8 +391,10 @@ static int event_done(const host_event_t *ev)
     return 1;
 }
 
-vpmm_dres_t vpmm_host_i_event_create(vpmm_driver_t *d, vpmm_drv_event_t *out_event)
+vpmm_dres_t vpmm_host_i_event_create(vpmm_driver_t *d, vpmm_stream_t on,
+                                     vpmm_drv_event_t *out_event)
 {
+    (void)on; /* one device: every stream is the instance's */
     host_drv_t *h = (host_drv_t *)d;
     const vpmm_drv_entry_t e = VPMM_DRV_EVENT_CREATE;
     if (!out_event)
