@@ -286,7 +286,8 @@ typedef enum vpmm_driver_call {
     VPMM_DRIVER_CALL_USER_OBJECT_RELEASE = 20,      /* cuUserObjectRelease */
     VPMM_DRIVER_CALL_GRAPH_DESTROY = 21,            /* cuGraphDestroy */
     VPMM_DRIVER_CALL_REVOKE_ACCESS = 22,            /* cuMemSetAccess, taking a peer's away */
-    VPMM_DRIVER_CALL_GET_ACCESS = 23,               /* cuMemGetAccess (vpmm_pool_check) */
+    VPMM_DRIVER_CALL_GET_ACCESS = 23,               /* cuMemGetAccess: vpmm_pool_check's
+                                                       query, never counted (always 0) */
     VPMM_DRIVER_CALL_STREAM_DEVICE = 24,            /* cuStreamGetDevice */
     VPMM_DRIVER_CALL_MEM_EXPORT = 25,               /* cuMemExportToShareableHandle */
     VPMM_DRIVER_CALL_MEM_IMPORT = 26,               /* cuMemImportFromShareableHandle */

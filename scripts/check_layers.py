@@ -65,10 +65,13 @@ SUBLAYERS = {
         ("pool.c",),  # the entry points: create, destroy, malloc's shared part, free
         # whole-pool passes: trim, stats, the OOM report, the validator, the sweep of every stream
         ("trim.c", "stats.c", "report.c", "check.c", "stream_sweep.c", "worker.c"),
+        # other devices and processes: peer access, exports, imports (peer.c calls import.c)
+        ("peer.c", "share.c", "import.c"),
         ("arena.c",),  # arenas: a graph pool's allocation and free, zombie revival
         ("defrag.c", "policy.c"),  # growth: the plan (policy.c) and its execution (defrag.c)
         ("uses.c", "stream.c"),  # streams: keys, markers, polls; cross-stream uses
-        ("pages.c", "va.c", "cache.c", "region.c"),  # the pool's data: regions, caches, VA, pages
+        # the pool's data: regions, caches, VA, pages, the share slots other processes count in
+        ("pages.c", "va.c", "cache.c", "region.c", "share_table.c"),
         # base: lock wrappers and driver status, options, trace recording, NVTX, errors
         ("pool_base.c", "options.c", "record.c", "nvtx.c", "lock.c", "status.c"),
     ],

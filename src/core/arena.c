@@ -418,7 +418,7 @@ void vpmm_i_rewrite(vpmm_pool_t *p, vpmm_region_t *first, vpmm_region_t *last,
         vpmm_region_t *next = r->next;
         /* A dropped allocation's other streams are forgotten, not waited for: the reapply says
          * it is dead, and the graph pool's memory is ordered by its graphs (vpmm.h). */
-        vpmm_i_uses_forget(r);
+        vpmm_i_uses_forget(p, r);
         vpmm_i_region_give(p, r);
         r = next;
     }

@@ -1,11 +1,12 @@
 /*
- * check.c — vpmm_pool_check: validates exactly the invariants I1–I13 written above the structs in
+ * check.c — vpmm_pool_check: validates exactly the invariants I1–I14 written above the structs in
  * pool.h and returns how many are violated (each described on `report`).
  *
  * It recomputes everything from the region lists — byte sums, per-stream reference counts, the
  * mapping table — and compares with the incrementally kept counters and indexes, so a bug in any
  * bookkeeping path shows up at the first mutation after it. Tests call it after every operation.
- * O(regions + mapped pages); takes the pool lock; allocates only temporary tables.
+ * O(regions + mapped pages); takes the pool lock; allocates only temporary tables. I14 asks the
+ * driver (get_access, once per mapped page and device): the one question the books cannot answer.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -58,7 +59,20 @@ typedef struct arena_sums {
     unsigned chunks;
 } arena_sums_t;
 
-/* I3: the pages of one region are mapped as its state requires. */
+/* I14: the pool's device and every peer may read and write page a. */
+static void check_access(const vpmm_pool_t *p, uintptr_t a, checker_t *k)
+{
+    vpmm_driver_t *d = p->drv;
+    for (size_t i = 0; i <= p->npeers; i++) {
+        int dev = i == 0 ? d->device : p->peers[i - 1], rw = 0;
+        vpmm_dres_t r = d->get_access(d, a, dev, &rw);
+        if (r != VPMM_DRV_OK || !rw)
+            fail(k, "I14: page 0x%" PRIxPTR " is not accessible to device %d%s", a, dev,
+                 r != VPMM_DRV_OK ? " (the driver cannot say)" : "");
+    }
+}
+
+/* I3: the pages of one region are mapped as its state requires; I14: accessible. */
 static void check_pages(const vpmm_pool_t *p, const vpmm_region_t *r, uintptr_t *last_live,
                         sums_t *s, checker_t *k)
 {
@@ -72,14 +86,19 @@ static void check_pages(const vpmm_pool_t *p, const vpmm_region_t *r, uintptr_t 
         if (r->state == VPMM_REGION_ZOMBIE) {
             if (ph == NULL || live)
                 fail(k, "I3: zombie page 0x%" PRIxPTR " has no zombie mapping", a);
+            else if (!r->busy) /* a busy one is being unmapped without the lock (I12) */
+                check_access(p, a, k);
             s->zombie_pages++;
             continue;
         }
         if (!live)
             fail(k, "I3: page 0x%" PRIxPTR " of a %s region has no live mapping", a,
                  r->state == VPMM_REGION_FREE ? "free" : "allocated");
-        if (a != *last_live) /* pages shared by neighbours count once */
+        if (a != *last_live) { /* pages shared by neighbours count once */
             s->live_pages++;
+            if (live)
+                check_access(p, a, k);
+        }
         *last_live = a;
     }
 }
@@ -93,8 +112,16 @@ static void check_uses(const vpmm_region_t *r, vpmm_hmap_t *refs, checker_t *k)
         fail(k, "I11: region 0x%" PRIxPTR " has %zu uses (room %zu)", r->addr, u->n, u->cap);
     for (size_t i = 0; i < u->n && i < u->cap; i++) {
         const struct vpmm_use *e = &u->e[i];
-        if (e->stream == NULL || e->stream == r->stream) {
-            fail(k, "I11: region 0x%" PRIxPTR " use %zu names no stream or its own", r->addr, i);
+        if (e->stream == NULL) { /* a share slot (share.c): one per region, of the shared pool */
+            for (size_t j = 0; j < i; j++)
+                if (u->e[j].stream == NULL)
+                    fail(k, "I11: region 0x%" PRIxPTR " holds two share slots", r->addr);
+            if (vpmm_i_arena_of(r)->priv)
+                fail(k, "I11: graph pool region 0x%" PRIxPTR " holds a share slot", r->addr);
+            continue;
+        }
+        if (e->stream == r->stream) {
+            fail(k, "I11: region 0x%" PRIxPTR " use %zu names its own stream", r->addr, i);
             continue;
         }
         bump(refs, e->stream, k);
@@ -561,6 +588,7 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
     if (ncached != s.ncached)
         fail(&k, "I7: %zu cached regions, %zu in stream caches", s.ncached, ncached);
     check_phys(pool, &s, &k);
+    k.violations += vpmm_i_import_check(pool, report);
     check_counters(pool, &s, va, &k);
     check_indexes(pool, &s, &k);
     vpmm_i_unlock(pool);

@@ -191,9 +191,12 @@ vpmm_status_t vpmm_i_pages_map(vpmm_pool_t *p, uintptr_t va, vpmm_phys_t **pages
             goto undo;
     }
     /* One access call for the whole span: the driver accepts several adjacent mappings. */
+    /* The pool's own device and every peer granted so far (peer.c). */
     st = vpmm_i_drv_status(p, p->drv->set_access(p->drv, va, at - va, p->peers, p->npeers));
-    if (st == VPMM_SUCCESS)
+    if (st == VPMM_SUCCESS) {
+        p->peer_grants += p->npeers > 0;
         return VPMM_SUCCESS;
+    }
 undo:
     vpmm_i_pages_unmap(p, va, pages, i);
     return st;

@@ -70,6 +70,7 @@ static void pool_free_host(vpmm_pool_t *p)
     vpmm_chunk_t *c = p->chunks;
     while (ph) {
         vpmm_phys_t *next = ph->next;
+        vpmm_i_phys_unexport(ph);
         free(ph);
         ph = next;
     }
@@ -124,7 +125,8 @@ static vpmm_status_t pool_teardown(vpmm_pool_t *p)
         if (c->nvtx_heap != NULL)
             vpmm_i_nvtx_heap_unregister_slow(c->nvtx_heap);
     }
-    vpmm_i_uses_fini(p); /* before the stream records they name go */
+    vpmm_i_uses_fini(p); /* before the stream records they name go; share slots back */
+    vpmm_i_share_table_fini(p);
     NOTE(vpmm_i_stream_fini_all(p) == VPMM_SUCCESS);
 #undef NOTE
     return first;
@@ -209,6 +211,13 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
                          (unsigned long long)pool->c.live_allocs);
         st = VPMM_ERROR_POOL_BUSY;
     }
+    if (st == VPMM_SUCCESS && vpmm_i_import_opens(pool) > 0) {
+        vpmm_i_set_error("vpmm_pool_destroy: %zu vpmm_ipc_open calls are not closed",
+                         vpmm_i_import_opens(pool));
+        st = VPMM_ERROR_POOL_BUSY;
+    }
+    if (st == VPMM_SUCCESS)
+        st = vpmm_i_import_fini(pool); /* mappings whose last close could not unmap them */
     if (st != VPMM_SUCCESS) {
         vpmm_i_unlock(pool);
         return st;

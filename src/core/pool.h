@@ -63,6 +63,8 @@
  *      its size, plus VPMM_KEY_SMALL in a small chunk. (Placement, not an invariant: a small
  *      request is served in a small chunk and any other in a large one, unless memory ran short:
  *      then free memory of the other class serves, counted in class_fallbacks.)
+ *  I14 Access: every page mapped live or as a zombie (not busy) is readable and writable by the
+ *      pool's own device and by every device in peers[0..npeers) (the driver's get_access).
  */
 #ifndef VPMM_POOL_H
 #define VPMM_POOL_H
@@ -95,6 +97,17 @@ typedef struct vpmm_strm vpmm_strm_t;
 typedef struct vpmm_phys vpmm_phys_t;
 typedef struct vpmm_arena vpmm_arena_t;
 typedef struct vpmm_worker vpmm_worker_t; /* worker.c */
+typedef struct vpmm_shares vpmm_shares_t; /* share_table.c */
+typedef struct vpmm_import vpmm_import_t; /* import.c */
+
+/* One share slot, in memory the exporter shares with its importers (share_table.c). */
+typedef struct vpmm_share_slot {
+    _Atomic uint32_t count; /* shares not over yet */
+    uint32_t gen;           /* moves on when the slot is given back */
+} vpmm_share_slot_t;
+
+/* vpmm_strm_t.device before the driver was asked (stream.c, "Devices"). */
+#define VPMM_STREAM_DEVICE_UNKNOWN (-1)
 
 /* The seq of a private pending region reusable by its stream only until the capture into its
  * arena ends (then it becomes ready). */
@@ -114,10 +127,11 @@ struct vpmm_chunk {
 };
 
 /* The other streams that use an allocation (vpmm_record_stream); once it is freed, the marker
- * of each that must complete before its memory is reused (uses.c). */
+ * of each that must complete before its memory is reused (uses.c). An entry with no stream is
+ * the allocation's share slot (share.c): other processes may map it while its count is not 0. */
 struct vpmm_use {
-    vpmm_strm_t *stream; /* holds a reference (refs) */
-    uint64_t seq;        /* deferred FREE: the gate, marker `seq` of stream */
+    vpmm_strm_t *stream; /* holds a reference (refs); NULL: a share slot */
+    uint64_t seq;        /* deferred FREE: the gate, marker `seq` of stream; a share: the slot */
 };
 typedef struct vpmm_uses {
     size_t n, cap;
@@ -166,6 +180,8 @@ struct vpmm_strm {
     size_t refs;          /* regions pointing here (ALLOCATED, pending FREE, ZOMBIE) */
     unsigned held;        /* calls that dropped the pool lock while using this record */
     int retired;          /* vpmm_stream_release was called: no new markers, freed once refs==0 */
+    int device;           /* VPMM_STREAM_DEVICE_UNKNOWN until its first marker asks the driver;
+                             then its device: another than the pool's takes events made on it */
     vpmm_strm_t *next;
 };
 
@@ -176,6 +192,10 @@ struct vpmm_phys {
     uintptr_t va;       /* its live address */
     size_t zombie_maps; /* further (zombie) mappings still in place */
     vpmm_phys_t *prev, *next;
+    /* Exported (share.c) iff serial != 0: its descriptor, kept until the handle is given back. */
+    uint64_t serial;     /* unique in the pool, for importers' caches */
+    int ipc_fd;          /* the descriptor the driver made for it */
+    uint64_t ipc_offset; /* where its bytes start in what the descriptor names */
 };
 
 /* Counters behind vpmm_stats_t that are not derived from the region lists. */
@@ -273,6 +293,12 @@ struct vpmm_pool {
     int peers[VPMM_DRV_MAX_DEVICES];
     size_t npeers;
     uint64_t peer_grants; /* set_access calls that named peers */
+    /* Other processes (share.c, import.c). */
+    vpmm_shares_t *shares;  /* the share slots of exported allocations; NULL until the first */
+    uint64_t ipc_serial;    /* the last serial given to an exported handle */
+    uint64_t ipc_exports;   /* vpmm_ipc_export calls that succeeded */
+    vpmm_import_t *imports; /* other processes' memory mapped here */
+    size_t nimports, imported_bytes;
     int drv_code; /* last failed driver call */
     const char *drv_call;
 };
@@ -319,7 +345,9 @@ void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r);
 /* (vpmm_i_uses_release, which checkpoint/ calls too, is declared in internal.h.) */
 /* Drops a region's uses (a node leaving the pool's books); vpmm_i_uses_fini: every deferred
  * region's (pool destruction). */
-void vpmm_i_uses_forget(vpmm_region_t *r);
+void vpmm_i_uses_forget(vpmm_pool_t *p, vpmm_region_t *r);
+/* Room for one more use in r's list (host memory may fail: nothing changes then). */
+vpmm_status_t vpmm_i_uses_room(vpmm_region_t *r);
 void vpmm_i_uses_fini(vpmm_pool_t *p);
 /* The status and message for a pointer that is not a live allocation of p (region.c). */
 vpmm_status_t vpmm_i_bad_pointer(vpmm_pool_t *p, void *ptr, const char *fn);
@@ -707,6 +735,54 @@ void vpmm_i_zombie_unmapped(vpmm_pool_t *p, vpmm_region_t *z, size_t done);
  * refused growth ends the shared arena's allocation burst. */
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
                             vpmm_precreated_t *pre, vpmm_region_t **out_span);
+
+/* ---- other devices' access (peer.c) ---------------------------------------------------------- */
+
+/* Grants `device` (not yet granted, not the pool's own) read-write access to every mapping of the
+ * pool and records it in p->peers, so that every later set_access names it; transactional. */
+vpmm_status_t vpmm_i_peer_grant(vpmm_pool_t *p, int device);
+/* Whether device may use the pool's memory: the pool's own device, or a granted one. */
+int vpmm_i_peer_granted(const vpmm_pool_t *p, int device);
+/* p->peers as a mask (bit k: device k), for the statistics. */
+uint64_t vpmm_i_peer_mask(const vpmm_pool_t *p);
+
+/* ---- sharing with other processes (share_table.c, share.c, import.c) ------------------------ */
+
+/* A free slot (count 0) for a newly shared allocation, the table created at the first. */
+vpmm_status_t vpmm_i_share_slot_take(vpmm_pool_t *p, uint32_t *out);
+/* Gives a slot back (its allocation is gone); handles naming its old use become stale. */
+void vpmm_i_share_slot_give(vpmm_pool_t *p, uint32_t slot);
+/* One share more (an export); the shares not over yet (another process may map the memory). */
+void vpmm_i_share_add(vpmm_pool_t *p, uint32_t slot);
+uint32_t vpmm_i_share_count(const vpmm_pool_t *p, uint32_t slot);
+/* Ends one share of a slot, wherever it is mapped (never below 0): 1 if there was one. */
+int vpmm_i_share_end(vpmm_share_slot_t *s);
+/* What the handle bytes say of the table: its descriptor, the pool's nonce, the slot's gen. */
+void vpmm_i_share_table_info(const vpmm_pool_t *p, int *fd, uint64_t *nonce, uint32_t slot,
+                             uint32_t *gen);
+/* Slots held by allocations now (vpmm_stats_t.ipc_shared). */
+uint32_t vpmm_i_share_live(const vpmm_pool_t *p);
+/* Frees the table (pool destruction). */
+void vpmm_i_share_table_fini(vpmm_pool_t *p);
+
+/* vpmm_ipc_export of allocation r: the handle bytes into buf (cap bytes; *out_len: their length,
+ * also when cap is too small, then VPMM_ERROR_INVALID_ARGUMENT and nothing changes). */
+vpmm_status_t vpmm_i_share_export(vpmm_pool_t *p, vpmm_region_t *r, void *buf, size_t cap,
+                                  size_t *out_len);
+/* Closes a handle's exported descriptor, if any (the handle is being given back). */
+void vpmm_i_phys_unexport(vpmm_phys_t *ph);
+
+/* vpmm_ipc_open / vpmm_ipc_close (import.c). */
+vpmm_status_t vpmm_i_import_open(vpmm_pool_t *p, const void *handle, size_t len, void **out_ptr);
+vpmm_status_t vpmm_i_import_close(vpmm_pool_t *p, void *ptr);
+/* Grants `device` access to every imported mapping (vpmm_i_peer_grant's last step); on failure
+ * the imports granted so far are revoked again. */
+vpmm_status_t vpmm_i_import_grant(vpmm_pool_t *p, int device);
+/* I14 for the imported mappings; the number of pages found inaccessible (check.c). */
+size_t vpmm_i_import_check(const vpmm_pool_t *p, FILE *report);
+/* Opens not closed yet (a pool with any is busy); unmaps every mapping (pool destruction). */
+size_t vpmm_i_import_opens(const vpmm_pool_t *p);
+vpmm_status_t vpmm_i_import_fini(vpmm_pool_t *p);
 
 /* ---- the background worker (worker.c) ----------------------------------------------------- */
 

@@ -61,6 +61,13 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
         .worker = pool->worker != NULL,
         .worker_unmaps = pool->worker_unmaps,
         .worker_cpu_ns = pool->worker_cpu_ns,
+        .device = pool->drv->device,
+        .peers = vpmm_i_peer_mask(pool),
+        .peer_grants = pool->peer_grants,
+        .ipc_shared = vpmm_i_share_live(pool),
+        .ipc_exports = pool->ipc_exports,
+        .ipc_imports = pool->nimports,
+        .ipc_imported_bytes = pool->imported_bytes,
     };
     out->utilization = c->mapped_bytes ? (double)c->live_bytes / (double)c->mapped_bytes : 1.0;
     out->fragmentation =

@@ -25,6 +25,13 @@
  * capturing blocking stream invalidates the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); that
  * memory then stays pending until the owner thread marks it or the captures end.
  *
+ * Devices. A stream may belong to another device than the pool's (a peer's stream that uses the
+ * pool's memory). An event is recorded only on a stream of its own device (driver.h rule 9), so
+ * the markers of such a stream are events made on its device: asked of the driver once, at the
+ * stream's first marker (s->device), made for it and destroyed when they complete, never parked
+ * among the pool's idle events, which are the pool's device's. Waits and queries work across
+ * devices. The special handles name the pool's device's streams.
+ *
  * Called under the pool lock. Invariant I8 (pool.h) is checked in check.c.
  */
 #include <stdatomic.h>
@@ -82,6 +89,7 @@ vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key)
     }
     s->handle = handle;
     s->owner = key.owner;
+    s->device = VPMM_STREAM_DEVICE_UNKNOWN;
     vpmm_rb_init(&s->free_tree);
     s->next = p->streams;
     p->streams = s;
@@ -135,6 +143,28 @@ static vpmm_status_t ring_grow(vpmm_strm_t *s)
     return VPMM_SUCCESS;
 }
 
+/* Whether markers recorded on `at` for s must be events of another device (see "Devices"): asks
+ * the driver the first time. */
+static vpmm_status_t marker_foreign(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_stream_t at, int *out)
+{
+    *out = 0;
+    if (at != s->handle || vpmm_i_stream_is_legacy(at) || at == VPMM_STREAM_PER_THREAD)
+        return VPMM_SUCCESS; /* the special handles name the pool's device's streams */
+    if (s->device == VPMM_STREAM_DEVICE_UNKNOWN)
+        VPMM_CHECK(vpmm_i_drv_status(p, p->drv->stream_device(p->drv, at, &s->device)));
+    *out = s->device != p->drv->device;
+    return VPMM_SUCCESS;
+}
+
+/* Gives back the event of a completed (or never recorded) marker of s. */
+static void marker_put(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_drv_event_t ev)
+{
+    if (s->device != VPMM_STREAM_DEVICE_UNKNOWN && s->device != p->drv->device)
+        (void)event_destroy(p, ev); /* another device's: not for the pool's idle list */
+    else
+        vpmm_i_event_put(p, ev);
+}
+
 vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq)
 {
     return s->ring[seq % s->ring_cap];
@@ -183,16 +213,21 @@ vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
     vpmm_stream_t at;
     vpmm_drv_event_t ev;
     vpmm_status_t st;
+    int foreign;
 
     if (seq < s->recorded)
         return VPMM_SUCCESS;
     if (s->recorded - s->completed == s->ring_cap)
         VPMM_CHECK(ring_grow(s));
     VPMM_CHECK(marker_stream(p, s, &at));
-    VPMM_CHECK(vpmm_i_event_get(p, &ev));
+    VPMM_CHECK(marker_foreign(p, s, at, &foreign));
+    if (foreign)
+        VPMM_CHECK(vpmm_i_drv_status(p, p->drv->event_create(p->drv, at, &ev)));
+    else
+        VPMM_CHECK(vpmm_i_event_get(p, &ev));
     st = vpmm_i_drv_status(p, p->drv->event_record(p->drv, ev, at));
     if (st != VPMM_SUCCESS) {
-        vpmm_i_event_put(p, ev);
+        marker_put(p, s, ev);
         return st;
     }
     s->ring[s->recorded % s->ring_cap] = ev;
@@ -214,7 +249,7 @@ void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s)
             break;
         }
         s->completed++;
-        vpmm_i_event_put(p, ev);
+        marker_put(p, s, ev);
     }
     while (s->pend_head && s->pend_head->seq < s->completed) {
         vpmm_region_t *r = s->pend_head;

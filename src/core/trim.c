@@ -99,6 +99,7 @@ static void forget_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
     p->phys_count--;
     p->c.mapped_bytes -= ph->size;
     p->c.pages_released += ph->size / p->page_size;
+    vpmm_i_phys_unexport(ph);
     free(ph);
 }
 

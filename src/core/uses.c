@@ -17,6 +17,11 @@
  *
  *     allocated, uses {B}  --free-->  deferred (gate: B's marker m)  --m done-->  pending on A
  *
+ * Other processes are uses too (share.c): an allocation exported with vpmm_ipc_export holds its
+ * share slot as a use with no stream (seq = the slot). Its gate is the slot's count: the shares
+ * not over yet (share_table.c), 0 once every importer has closed. The slot goes back to the
+ * table with the use.
+ *
  * A checkpoint is not reapplied over deferred memory of its graph pool (checkpoint.c refuses with
  * VPMM_ERROR_CHECKPOINT_CONFLICT): another stream may still use it.
  *
@@ -45,6 +50,14 @@ static int uses_reserve(vpmm_region_t *r)
     return 0;
 }
 
+vpmm_status_t vpmm_i_uses_room(vpmm_region_t *r)
+{
+    if (uses_reserve(r) == 0)
+        return VPMM_SUCCESS;
+    vpmm_i_set_error("out of host memory for an allocation's uses");
+    return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+}
+
 vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t stream)
 {
     vpmm_stream_key_t key;
@@ -71,7 +84,7 @@ vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t str
         goto out; /* its own stream: stream order covers it */
     if (r->uses != NULL)
         for (size_t i = 0; i < r->uses->n; i++)
-            if (!r->uses->e[i].stream->retired &&
+            if (r->uses->e[i].stream != NULL && !r->uses->e[i].stream->retired &&
                 vpmm_i_stream_key_equal(vpmm_i_stream_key_of(r->uses->e[i].stream), key))
                 goto out; /* already recorded */
     s = vpmm_i_stream_get(pool, key);
@@ -105,9 +118,12 @@ void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r)
     r->ready = 0;
     r->cached = 0;
     r->seq = 0;
-    /* r->stream stays its own stream, r->uses its other streams: each gets its gate. */
+    /* r->stream stays its own stream, r->uses its other streams: each gets its gate (a share's
+     * gate is its slot's count, seq the slot). */
     for (size_t i = 0; i < r->uses->n; i++) {
         struct vpmm_use *e = &r->uses->e[i];
+        if (e->stream == NULL)
+            continue;
         e->seq = gate_seq(e->stream);
         if (!e->stream->retired)
             (void)vpmm_i_stream_mark(p, e->stream, e->seq); /* now if it may be; else later */
@@ -115,11 +131,15 @@ void vpmm_i_uses_defer(vpmm_pool_t *p, vpmm_region_t *r)
     vpmm_i_index_add(p, r); /* the deferred list */
 }
 
-/* Drops r's uses: their stream references, and the list. */
-static void uses_drop(vpmm_region_t *r)
+/* Drops r's uses: their stream references, share slots, and the list. */
+static void uses_drop(vpmm_pool_t *p, vpmm_region_t *r)
 {
-    for (size_t i = 0; i < r->uses->n; i++)
-        r->uses->e[i].stream->refs--;
+    for (size_t i = 0; i < r->uses->n; i++) {
+        if (r->uses->e[i].stream != NULL)
+            r->uses->e[i].stream->refs--;
+        else
+            vpmm_i_share_slot_give(p, (uint32_t)r->uses->e[i].seq);
+    }
     free(r->uses);
     r->uses = NULL;
 }
@@ -128,6 +148,11 @@ int vpmm_i_uses_done(vpmm_pool_t *p, const vpmm_region_t *r)
 {
     for (size_t i = 0; i < r->uses->n; i++) {
         const struct vpmm_use *e = &r->uses->e[i];
+        if (e->stream == NULL) {
+            if (vpmm_i_share_count(p, (uint32_t)e->seq) != 0)
+                return 0; /* another process may still map it */
+            continue;
+        }
         if (vpmm_i_stream_done(e->stream, e->seq))
             continue;
         if (e->seq == e->stream->recorded && !e->stream->retired)
@@ -147,7 +172,7 @@ void vpmm_i_uses_release(vpmm_pool_t *p)
         if (vpmm_i_uses_done(p, r)) {
             vpmm_strm_t *own = r->stream;
             vpmm_i_index_del(p, r);
-            uses_drop(r);
+            uses_drop(p, r);
             vpmm_i_region_set_free(p, r, own); /* pending on its own stream from now */
             vpmm_i_index_add(p, r);
             vpmm_i_region_coalesce(p, r);
@@ -156,14 +181,14 @@ void vpmm_i_uses_release(vpmm_pool_t *p)
     }
 }
 
-void vpmm_i_uses_forget(vpmm_region_t *r)
+void vpmm_i_uses_forget(vpmm_pool_t *p, vpmm_region_t *r)
 {
     if (r->uses != NULL)
-        uses_drop(r);
+        uses_drop(p, r);
 }
 
 void vpmm_i_uses_fini(vpmm_pool_t *p)
 {
     for (vpmm_region_t *r = p->deferred_head; r; r = r->qnext)
-        vpmm_i_uses_forget(r);
+        vpmm_i_uses_forget(p, r);
 }

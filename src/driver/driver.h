@@ -67,8 +67,8 @@
  *     once set_access named it. set_access always grants the instance's own device, plus each
  *     device of peers[] (read-write); revoke_access takes one peer's access away again (never
  *     the own device's: the undo of a grant that failed part-way); get_access says whether a
- *     device may read and write a mapped address (the validator's query: the fault decorator
- *     neither counts nor fails it). `peer_capable` has bit k set when device k can be granted
+ *     device may read and write a mapped address (the validator's query: the fault and counting
+ *     decorators neither count nor fail it). `peer_capable` has bit k set when device k can be granted
  *     access at all (CUDA: cuDeviceCanAccessPeer; the own device's bit is set). Streams belong to
  *     a device too: stream_device says which (the special handles NULL, 0x1 and 0x2 name the
  *     instance's own device's streams, and cost no call). An event is recorded only on a stream
