@@ -530,6 +530,42 @@ vpmm_status_t vpmm_pool_device(const vpmm_pool_t *pool, int *out_device);
  */
 vpmm_status_t vpmm_pool_grant_access(vpmm_pool_t *pool, int device);
 
+/*
+ * Segments: each physical handle of the pool at its live address — the unit a collective library
+ * registers (NCCL's ncclCommRegister maps the physical allocation under a buffer, so a registered
+ * range must be one handle and must not move while registered: PyTorch's ProcessGroupNCCL
+ * registers every segment its allocator reports). A segment appears when a handle is mapped at
+ * a new live address (growth, a remap by defragmentation or graph-pool growth, a checkpoint
+ * reapply that makes an old address live again) and disappears before that address stops being
+ * its live one (moved, given back by vpmm_trim, the pool destroyed); a graph pool's segments
+ * pass to the shared pool when it is returned (reported as disappearing and appearing again).
+ */
+typedef enum vpmm_segment_event {
+    VPMM_SEGMENT_MAPPED = 0,   /* [addr, addr + size) is a segment from now on */
+    VPMM_SEGMENT_UNMAPPED = 1, /* it is one no more (reported before it moves or goes) */
+} vpmm_segment_event_t;
+
+typedef struct vpmm_segment_info {
+    uintptr_t addr;
+    size_t size;
+    unsigned pool; /* 0: the shared pool; else the id of the graph pool that owns it */
+} vpmm_segment_info_t;
+
+/* Called under the pool lock for every segment event: it must not call into this pool. */
+typedef void (*vpmm_segment_hook_t)(void *user, vpmm_segment_event_t event,
+                                    const vpmm_segment_info_t *segment);
+
+/* Sets the pool's segment hook (NULL: none); the events after the call reach it. Threads: any. */
+vpmm_status_t vpmm_pool_set_segment_hook(vpmm_pool_t *pool, vpmm_segment_hook_t hook, void *user);
+
+/* Called once per segment, in address order; return nonzero to stop. */
+typedef int (*vpmm_segment_visitor_t)(const vpmm_segment_info_t *segment, void *user);
+
+/* Visits every segment of the pool in address order (what the hook has reported so far, summed
+ * up). Threads: any; the visitor runs under the pool lock (it must not call into the pool). */
+vpmm_status_t vpmm_pool_walk_segments(const vpmm_pool_t *pool, vpmm_segment_visitor_t visit,
+                                      void *user);
+
 /* ---- sharing memory with other processes (CUDA IPC) ---------------------------------------- */
 /*
  * An allocation can be mapped by another process, as cudaIpcGetMemHandle allows for cudaMalloc

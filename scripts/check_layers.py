@@ -71,7 +71,7 @@ SUBLAYERS = {
         ("defrag.c", "policy.c"),  # growth: the plan (policy.c) and its execution (defrag.c)
         ("uses.c", "stream.c"),  # streams: keys, markers, polls; cross-stream uses
         # the pool's data: regions, caches, VA, pages, the share slots other processes count in
-        ("pages.c", "va.c", "cache.c", "region.c", "share_table.c"),
+        ("pages.c", "va.c", "cache.c", "region.c", "share_table.c", "segment.c"),
         # base: lock wrappers and driver status, options, trace recording, NVTX, errors
         ("pool_base.c", "options.c", "record.c", "nvtx.c", "lock.c", "status.c"),
     ],

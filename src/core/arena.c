@@ -75,8 +75,11 @@ void vpmm_i_arena_dissolve(vpmm_pool_t *p, vpmm_arena_t *a)
     VPMM_ASSERT(a->priv && a != &p->shared && !a->pinned);
     for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
         if (c->arena == a) {
+            /* Its segments change hands: reported as going from a and coming to the shared pool. */
+            vpmm_i_segment_chunk(p, c, VPMM_SEGMENT_UNMAPPED);
             chunk_to_shared(p, c);
             p->shared.chunks++;
+            vpmm_i_segment_chunk(p, c, VPMM_SEGMENT_MAPPED);
         }
     }
     for (link = &p->privates; *link != a; link = &(*link)->next)
@@ -530,7 +533,9 @@ static int revive_one(vpmm_region_t *z, uintptr_t at, vpmm_phys_t *ph, void *ctx
     m->seq = 0;
     vpmm_i_index_add(p, m);
     m = vpmm_i_region_cut(p, z, at, at + ph->size);
+    vpmm_i_segment(p, VPMM_SEGMENT_UNMAPPED, ph, vpmm_i_arena_of(z));
     ph->va = at; /* both mappings stay; only which one is live changes */
+    vpmm_i_segment(p, VPMM_SEGMENT_MAPPED, ph, vpmm_i_arena_of(z));
     vpmm_i_region_set_free(p, m, NULL);
     vpmm_i_index_add(p, m);
     vpmm_i_region_coalesce(p, m);

@@ -128,16 +128,21 @@ static size_t collect_waits(const vpmm_plan_t *plan, const vpmm_strm_t *s, wait_
     return n;
 }
 
-/* Commit one harvested run: its handles now live at `to`, its old VA becomes a zombie. */
-static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to)
+/* Commit one harvested run: its handles now live at `to` (in arena `dst`), its old VA becomes a
+ * zombie. */
+static void commit_run(vpmm_pool_t *p, const vpmm_harvest_t *run, uintptr_t to,
+                       const vpmm_arena_t *dst)
 {
     const size_t pg = p->page_size;
     uintptr_t end = run->addr + run->npages * pg;
+    const vpmm_arena_t *src = vpmm_i_arena_of(run->src);
     vpmm_region_t *mid = vpmm_i_region_cut(p, run->src, run->addr, end);
 
     for (uintptr_t at = run->addr; at < end;) {
         vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+        vpmm_i_segment(p, VPMM_SEGMENT_UNMAPPED, ph, src);
         ph->va = to + (at - run->addr);
+        vpmm_i_segment(p, VPMM_SEGMENT_MAPPED, ph, dst);
         ph->zombie_maps++;
         for (size_t off = 0; off < ph->size; off += pg)
             vpmm_hmap_put(&p->maps, ph->va + off, ph); /* room reserved */
@@ -245,11 +250,13 @@ vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
     /* ---- commit: nothing below can fail ---- */
     span = vpmm_i_hole_carve(p, plan->hole, plan->map_at, plan->npages * pg);
     at = plan->map_at;
-    for (size_t i = 0; i < hnew; at += pages[i]->size, i++)
+    for (size_t i = 0; i < hnew; at += pages[i]->size, i++) {
         vpmm_i_phys_link(p, pages[i], at);
+        vpmm_i_segment(p, VPMM_SEGMENT_MAPPED, pages[i], plan->arena);
+    }
     for (size_t i = 0; i < plan->nruns; i++) {
         own += vpmm_i_arena_of(plan->runs[i].src) == plan->arena ? plan->runs[i].npages : 0;
-        commit_run(p, &plan->runs[i], at);
+        commit_run(p, &plan->runs[i], at, plan->arena);
         at += plan->runs[i].npages * pg;
     }
     /* Join the usable neighbours: [left][span][right] becomes one region of the caller. */

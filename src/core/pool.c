@@ -106,6 +106,8 @@ static vpmm_status_t pool_teardown(vpmm_pool_t *p)
 
     if (p->phys_count > 0 || p->zombie_head != NULL)
         NOTE(TWICE(d->synchronize(d))); /* nothing may still use the memory */
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next)
+        vpmm_i_segment_chunk(p, c, VPMM_SEGMENT_UNMAPPED);
     for (vpmm_region_t *z = p->zombie_head; z; z = z->qnext) {
         /* A zombie is a run of whole handles (I4): unmap each mapping. */
         for (size_t off = 0; off < z->size;) {

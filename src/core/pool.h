@@ -299,6 +299,8 @@ struct vpmm_pool {
     uint64_t ipc_exports;   /* vpmm_ipc_export calls that succeeded */
     vpmm_import_t *imports; /* other processes' memory mapped here */
     size_t nimports, imported_bytes;
+    vpmm_segment_hook_t segment_hook; /* vpmm_pool_set_segment_hook (segment.c), or NULL */
+    void *segment_user;
     int drv_code; /* last failed driver call */
     const char *drv_call;
 };
@@ -735,6 +737,21 @@ void vpmm_i_zombie_unmapped(vpmm_pool_t *p, vpmm_region_t *z, size_t done);
  * refused growth ends the shared arena's allocation burst. */
 vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
                             vpmm_precreated_t *pre, vpmm_region_t **out_span);
+
+/* ---- segments: each handle at its live address (segment.c) -------------------------------- */
+
+/* Reports that ph's live mapping, owned by arena a, appears or goes (one pointer test when no
+ * hook is set: slow paths only). */
+void vpmm_i_segment_report(vpmm_pool_t *p, vpmm_segment_event_t ev, uintptr_t va, size_t size,
+                           const vpmm_arena_t *a);
+static inline void vpmm_i_segment(vpmm_pool_t *p, vpmm_segment_event_t ev, const vpmm_phys_t *ph,
+                                  const vpmm_arena_t *a)
+{
+    if (VPMM_UNLIKELY(p->segment_hook != NULL))
+        vpmm_i_segment_report(p, ev, ph->va, ph->size, a);
+}
+/* Every live handle of chunk c as appearing or going (graph-pool dissolve, pool destruction). */
+void vpmm_i_segment_chunk(vpmm_pool_t *p, const vpmm_chunk_t *c, vpmm_segment_event_t ev);
 
 /* ---- other devices' access (peer.c) ---------------------------------------------------------- */
 

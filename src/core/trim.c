@@ -103,10 +103,20 @@ static void forget_handle(vpmm_pool_t *p, vpmm_phys_t *ph)
     free(ph);
 }
 
-/* Unmaps one handle and forgets it (under the lock); its handle goes to `out` for release. */
+/* Unmaps one handle and forgets it (under the lock); its handle goes to `out` for release. The
+ * segment is reported gone before the unmap (a registered range must be deregistered first), and
+ * back if the unmap fails. */
 static vpmm_status_t unmap_handle(vpmm_pool_t *p, vpmm_phys_t *ph, vpmm_drv_handle_t *out)
 {
-    VPMM_CHECK(vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, ph->va, ph->size)));
+    const vpmm_arena_t *a =
+        p->segment_hook != NULL ? vpmm_i_arena_of(vpmm_i_region_find(p, ph->va)) : NULL;
+    vpmm_status_t st;
+    vpmm_i_segment(p, VPMM_SEGMENT_UNMAPPED, ph, a);
+    st = vpmm_i_drv_status(p, p->drv->mem_unmap(p->drv, ph->va, ph->size));
+    if (st != VPMM_SUCCESS) {
+        vpmm_i_segment(p, VPMM_SEGMENT_MAPPED, ph, a);
+        return st;
+    }
     *out = ph->handle;
     forget_handle(p, ph);
     return VPMM_SUCCESS;
