@@ -259,7 +259,8 @@ static void test_oom_leaves_pool_unchanged(void **state)
     /* The first sentence of the report (test_report.c tests the rest). */
     assert_string_equal(vpmm_last_error(),
                         "vpmm_malloc(6 MiB) on the legacy stream: out of memory: the device has "
-                        "2 MiB free of 8 MiB.");
+                        "2 MiB free of 8 MiB; 0 B of it is held outside this pool (other "
+                        "processes, other allocators and pools, the driver).");
     after = tsnap(t.pool);
     /* Only the OOM counter moved. */
     assert_int_equal(after.stats.ooms, before.stats.ooms + 1);

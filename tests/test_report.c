@@ -81,7 +81,9 @@ static void test_device_refusal(void **state)
     tfree(t.pool, a); /* 3 MiB free, pending on s */
     assert_int_equal(vpmm_malloc(t.pool, 9 * MiB, s, &p), VPMM_ERROR_OUT_OF_MEMORY);
     report_of(t.pool, buf, sizeof buf);
-    assert_non_null(strstr(buf, "out of memory: the device has 2 MiB free of 8 MiB."));
+    assert_non_null(strstr(
+        buf, "out of memory: the device has 2 MiB free of 8 MiB; 0 B of it is held outside this "
+             "pool"));
     assert_non_null(strstr(buf, "The pool maps 6 MiB: 2 MiB live in 1 allocations"));
     /* a's 3 MiB and the 1 MiB after b are not adjacent; a covers one whole page. */
     assert_non_null(strstr(buf, "and 4 MiB free, whose largest span is 3 MiB; 2 MiB of the shared "

@@ -74,8 +74,9 @@ vpmm_status_t vpmm_ipc_open(vpmm_pool_t *pool, const void *handle, size_t len, v
     if (out_ptr != NULL)
         *out_ptr = NULL;
     if (pool == NULL || handle == NULL || out_ptr == NULL) {
-        vpmm_i_set_error("vpmm_ipc_open: %s is NULL",
-                         pool == NULL ? "pool" : handle == NULL ? "handle" : "out_ptr");
+        vpmm_i_set_error("vpmm_ipc_open: %s is NULL", pool == NULL     ? "pool"
+                                                      : handle == NULL ? "handle"
+                                                                       : "out_ptr");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
     vpmm_i_lock(pool);

@@ -189,8 +189,8 @@ static vpmm_status_t take_fd(int pidfd, int32_t pid, int fd, int *out)
                          strerror(errno));
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     default:
-        vpmm_i_set_error("vpmm_ipc_open: pidfd_getfd of descriptor %d of process %d failed: %s",
-                         fd, (int)pid, strerror(errno));
+        vpmm_i_set_error("vpmm_ipc_open: pidfd_getfd of descriptor %d of process %d failed: %s", fd,
+                         (int)pid, strerror(errno));
         return VPMM_ERROR_NOT_SUPPORTED;
     }
 }

@@ -155,7 +155,13 @@ void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
             B(p->c.reserved_va_bytes), p->chunk_count, have_dev ? "; the device has " : "",
             have_dev ? B(dfree) : "");
     else if (have_dev)
-        put(&t, "the device has %s free of %s.", B(dfree), B(dtotal));
+        /* What the device holds besides this pool: other processes (another job on the GPU),
+         * other pools and allocators of this process, and the driver's own. */
+        put(&t,
+            "the device has %s free of %s; %s of it is held outside this pool (other "
+            "processes, other allocators and pools, the driver).",
+            B(dfree), B(dtotal),
+            B(dtotal - VPMM_MIN(dtotal, dfree + VPMM_MIN(dtotal, p->c.mapped_bytes))));
     else
         put(&t, "the device refused more memory.");
     first_end = t.used;

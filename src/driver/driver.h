@@ -68,9 +68,9 @@
  *     device of peers[] (read-write); revoke_access takes one peer's access away again (never
  *     the own device's: the undo of a grant that failed part-way); get_access says whether a
  *     device may read and write a mapped address (the validator's query: the fault and counting
- *     decorators neither count nor fail it). `peer_capable` has bit k set when device k can be granted
- *     access at all (CUDA: cuDeviceCanAccessPeer; the own device's bit is set). Streams belong to
- *     a device too: stream_device says which (the special handles NULL, 0x1 and 0x2 name the
+ *     decorators neither count nor fail it). `peer_capable` has bit k set when device k can be
+ * granted access at all (CUDA: cuDeviceCanAccessPeer; the own device's bit is set). Streams belong
+ * to a device too: stream_device says which (the special handles NULL, 0x1 and 0x2 name the
  *     instance's own device's streams, and cost no call). An event is recorded only on a stream
  *     of the device it was created on (CUDA refuses others, and so does the host backend):
  *     event_create(d, NULL, ..) makes one for the own device's streams, event_create(d, s, ..)

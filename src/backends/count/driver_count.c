@@ -126,8 +126,8 @@ static vpmm_dres_t count_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     FORWARD(VPMM_DRV_MEM_UNMAP, mem_unmap(c->inner, va, size));
 }
 
-static vpmm_dres_t count_set_access(vpmm_driver_t *d, uintptr_t va, size_t size,
-                                    const int *peers, size_t npeers)
+static vpmm_dres_t count_set_access(vpmm_driver_t *d, uintptr_t va, size_t size, const int *peers,
+                                    size_t npeers)
 {
     FORWARD(VPMM_DRV_SET_ACCESS, set_access(c->inner, va, size, peers, npeers));
 }

@@ -150,8 +150,8 @@ static vpmm_dres_t fault_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     return unlocked(f, res);
 }
 
-static vpmm_dres_t fault_set_access(vpmm_driver_t *d, uintptr_t va, size_t size,
-                                    const int *peers, size_t npeers)
+static vpmm_dres_t fault_set_access(vpmm_driver_t *d, uintptr_t va, size_t size, const int *peers,
+                                    size_t npeers)
 {
     FORWARD(VPMM_DRV_SET_ACCESS, set_access(f->inner, va, size, peers, npeers));
     return unlocked(f, res);
