@@ -429,6 +429,8 @@ vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
     if (VPMM_UNLIKELY(pool->record != NULL))
         vpmm_i_record_op(pool, 'f', r->addr, r->requested, vpmm_i_stream_key_of(r->stream));
     vpmm_i_alloc_forget(pool, r);
+    if (VPMM_UNLIKELY(r->uses != NULL))
+        vpmm_i_uses_prune_shares(pool, r); /* other processes done with it: nothing to wait for */
     if (VPMM_UNLIKELY(r->uses != NULL)) {
         vpmm_i_uses_defer(pool, r); /* other streams use it: deferred until they are done */
         vpmm_i_arena_of(r)->c.frees += vpmm_i_arena_of(r)->priv;

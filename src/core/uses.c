@@ -181,6 +181,23 @@ void vpmm_i_uses_release(vpmm_pool_t *p)
     }
 }
 
+void vpmm_i_uses_prune_shares(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    vpmm_uses_t *u = r->uses;
+    size_t kept = 0;
+    for (size_t i = 0; i < u->n; i++) {
+        if (u->e[i].stream == NULL && vpmm_i_share_count(p, (uint32_t)u->e[i].seq) == 0)
+            vpmm_i_share_slot_give(p, (uint32_t)u->e[i].seq); /* every share is over */
+        else
+            u->e[kept++] = u->e[i];
+    }
+    u->n = kept;
+    if (kept == 0) {
+        free(u);
+        r->uses = NULL;
+    }
+}
+
 void vpmm_i_uses_forget(vpmm_pool_t *p, vpmm_region_t *r)
 {
     if (r->uses != NULL)
