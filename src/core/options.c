@@ -238,6 +238,7 @@ const vpmm_env_var_t vpmm_i_env_vars[] = {
     { "VPMM_SUITE_TIMEOUT", "integrations/pytorch/suite/run.sh" },
     { "VPMM_PYTHON", "bench/run_all.sh" },
     { "VPMM_TEST_REQUIRE_GPU", "tests/gpu_test_util.c" },
+    { "VPMM_TEST_GPUS", "tests/test_gpu_multi.c" },
     { "VPMM_TEST_SEED", "tests/test_gpu.c" },
     { "VPMM_TEST_UNDER_VALGRIND", "tests/sanitize/valgrind.sh" },
     { "VPMM_STRESS_SEED", "tests/test_stress.c" },
