@@ -15,13 +15,19 @@
  *   2. threads: map + set-access of 128 handles on this thread, alone and while another thread
  *      unmaps and maps, creates and releases, or queries an event. Does the driver run two
  *      threads' VMM calls at once (could a background thread take the unmaps off the path)?
- * Prints two tables. Exit status 0, 2 without a device (or a driver), 3 on a driver error.
+ *   3. several devices and processes (issue 19): the per-handle cycle (create, map, set-access,
+ *      unmap, release) with handles created plain and created exportable as POSIX file
+ *      descriptors (what CUDA IPC needs: VPMM_IPC), with access for device 0 alone and for
+ *      devices 0 and 1 (a peer granted: every later map names it), and the cost of exporting a
+ *      handle's descriptor. What do IPC-ready handles and a peer cost on the hot growth path?
+ * Prints three tables. Exit status 0, 2 without a device (or a driver), 3 on a driver error.
  */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -248,6 +254,92 @@ static void threads(CUdeviceptr va, CUdeviceptr vb)
     }
 }
 
+/* ---- 3. exportable handles, peers -------------------------------------------------------- */
+
+/* Median per-handle microseconds of create, map, access, unmap, release for NHANDLE handles of
+ * `types`, with access for ndesc devices (0 and, if 2, device 1). */
+static void cycle(CUdeviceptr va, CUmemAllocationHandleType types, int ndesc, double out[5])
+{
+    CUmemAllocationProp p = prop;
+    CUmemAccessDesc desc[2] = { access_rw, access_rw };
+    CUmemGenericAllocationHandle *h = malloc(NHANDLE * sizeof *h);
+    double v[5][REPS];
+    if (h == NULL)
+        exit(3);
+    p.requestedHandleTypes = types;
+    desc[1].location.id = 1;
+    for (int r = 0; r < REPS; r++) {
+        double t = now_us();
+        for (int i = 0; i < NHANDLE; i++)
+            CK(cuMemCreate(&h[i], gran, &p, 0));
+        v[0][r] = (now_us() - t) / NHANDLE;
+        t = now_us();
+        map_all(va, h, NHANDLE);
+        v[1][r] = (now_us() - t) / NHANDLE;
+        t = now_us();
+        for (int i = 0; i < NHANDLE; i++) /* one call per handle: what growth does per run */
+            CK(cuMemSetAccess(va + (size_t)i * gran, gran, desc, (size_t)ndesc));
+        v[2][r] = (now_us() - t) / NHANDLE;
+        t = now_us();
+        unmap_each(va, NHANDLE);
+        v[3][r] = (now_us() - t) / NHANDLE;
+        t = now_us();
+        for (int i = 0; i < NHANDLE; i++)
+            CK(cuMemRelease(h[i]));
+        v[4][r] = (now_us() - t) / NHANDLE;
+    }
+    for (int k = 0; k < 5; k++)
+        out[k] = median(v[k], REPS);
+    free(h);
+}
+
+static void devices_and_processes(CUdeviceptr va)
+{
+    static const char *const names[] = { "plain", "POSIX fd" };
+    const CUmemAllocationHandleType types[] = { CU_MEM_HANDLE_TYPE_NONE,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+    int count = 0, peer = 0, fd_ok = 0;
+    CK(cuDeviceGetCount(&count));
+    if (count >= 2)
+        CK(cuDeviceCanAccessPeer(&peer, 1, 0));
+    CK(cuDeviceGetAttribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                            0));
+    printf(
+        "\nper-handle cycle, %d handles of %zu KiB, medians of %d (us per handle); %d devices%s\n",
+        NHANDLE, gran >> 10, REPS, count, peer ? ", 1 reaches 0" : "");
+    printf("%-9s %-14s %8s %8s %8s %8s %8s %8s\n", "handles", "access for", "create", "map",
+           "access", "unmap", "release", "total");
+    for (int t = 0; t < 2; t++) {
+        if (t == 1 && !fd_ok) {
+            printf("%-9s (the device does not support POSIX fd handles)\n", names[t]);
+            continue;
+        }
+        for (int nd = 1; nd <= (peer ? 2 : 1); nd++) {
+            double c[5];
+            cycle(va, types[t], nd, c);
+            printf("%-9s %-14s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", names[t],
+                   nd == 1 ? "device 0" : "devices 0, 1", c[0], c[1], c[2], c[3], c[4],
+                   c[0] + c[1] + c[2] + c[3] + c[4]);
+        }
+    }
+    if (fd_ok) {
+        CUmemAllocationProp p = prop;
+        CUmemGenericAllocationHandle h;
+        double e[REPS];
+        p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        CK(cuMemCreate(&h, gran, &p, 0));
+        for (int r = 0; r < REPS; r++) {
+            int fd = -1;
+            double t = now_us();
+            CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+            e[r] = now_us() - t;
+            close(fd);
+        }
+        CK(cuMemRelease(h));
+        printf("cuMemExportToShareableHandle (POSIX fd): %.2f us\n", median(e, REPS));
+    }
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: " TOOL " [--version]\n"
@@ -287,6 +379,7 @@ int main(int argc, char **argv)
     CK(cuMemAddressReserve(&va2, (size_t)NHANDLE * gran, 0, 0, 0));
     scaling(va, va2, h);
     threads(va, va2);
+    devices_and_processes(va);
     CK(cuMemAddressFree(va, (size_t)NHANDLE * gran));
     CK(cuMemAddressFree(va2, (size_t)NHANDLE * gran));
     CK(cuDevicePrimaryCtxRelease(dev));
