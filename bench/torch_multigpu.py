@@ -766,6 +766,8 @@ def ipc_child(allocator, conn):
     parent's requests until told to stop. Every failure is sent back, then exit 1."""
     try:
         torch = load_torch(allocator)
+        import torch.multiprocessing  # noqa: F401 - registers the CUDA tensor reductions
+
         if allocator == "expandable" and "expandable_segments:True" not in os.environ.get(
                 "PYTORCH_CUDA_ALLOC_CONF", ""):
             raise SetupError("the child did not inherit expandable_segments:True")

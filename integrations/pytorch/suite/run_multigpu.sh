@@ -4,10 +4,10 @@
 # integrations/pytorch/suite/RESULTS.md, "Multi-GPU").
 #
 #   bash integrations/pytorch/suite/run_multigpu.sh [--out DIR] [--budget SECONDS]
-#                                                   [--build-dir DIR]
+#                                                   [--build-dir DIR] [--tests DIR]
 #
-# Needs the test files in .pytorch-tests/ (git-ignored: PyTorch's code, carried to the device
-# machine; RESULTS.md says where each comes from) and expecttest in .pytorch-tests/deps. Builds
+# Needs the test files in .pytorch-tests/ (or --tests DIR; git-ignored: PyTorch's code, carried
+# to the device machine; RESULTS.md says where each comes from) and expecttest in its deps/. Builds
 # libvpmm_torch_backend.so (bench/build_torch_backend.sh, build-gpu/ by default), then runs, with
 # vpmm enabled in every Python process by autoenable/sitecustomize.py (VPMM_TORCH_ENABLE=1) or
 # without it:
@@ -33,16 +33,16 @@ pkg=$(cd "$here/.." && pwd)
 repo=$(cd "$here/../../.." && pwd)
 cd "$repo" || exit 2
 
-out=${OUT:-bench-out/suite-multigpu} budget=540 build=build-gpu
+out=${OUT:-bench-out/suite-multigpu} budget=540 build=build-gpu tests=$repo/.pytorch-tests
 while [ $# -gt 0 ]; do
   case $1 in
   --out) out=$2; shift 2 ;;
   --budget) budget=$2; shift 2 ;;
   --build-dir) build=$2; shift 2 ;;
+  --tests) tests=$(cd "$2" && pwd) || exit 2; shift 2 ;;
   *) echo "run_multigpu: unknown argument $1 (see the head of $0)" >&2; exit 2 ;;
   esac
 done
-tests=$repo/.pytorch-tests
 for f in test_cuda_multigpu.py test_c10d_ops_nccl.py test_c10d_nccl_extract.py \
   deps/expecttest/__init__.py; do
   if [ ! -f "$tests/$f" ]; then
