@@ -299,6 +299,7 @@ def slurp(path):
 
 def load_torch_multigpu():
     import importlib.util
+    sys.dont_write_bytecode = True  # no __pycache__ left in bench/
     spec = importlib.util.spec_from_file_location(
         "torch_multigpu", os.path.join(SRC, "bench", "torch_multigpu.py"))
     mod = importlib.util.module_from_spec(spec)
@@ -586,7 +587,8 @@ class MultiGpuScripts(unittest.TestCase):
                if not k.startswith(("VPMM_", "NCCL_", "PYTORCH_", "TORCH_"))}
         env.update(PATH=self.bin + os.pathsep + env.get("PATH", ""),
                    PYTHON=os.path.join(self.bin, "python"), FAKE_REAL_PY=sys.executable,
-                   FAKE_REPO=SRC, FAKE_GPUS=str(gpus), FAKE_FAIL=fail)
+                   FAKE_REPO=SRC, FAKE_GPUS=str(gpus), FAKE_FAIL=fail,
+                   PYTHONDONTWRITEBYTECODE="1")
         env.pop("OUT", None)
         out = os.path.join(self.dir.name, "out")
         r = subprocess.run(["bash", os.path.join(SRC, rel), "--out", out, "--build-dir",
