@@ -481,10 +481,9 @@ def train(args, torch, dist, dev, rank, world):
         t1 = time.perf_counter()
         del loss, ids
         sampler.sample()
-        losses.append(round(value, 6))
-        if not math.isfinite(value):
-            problems.append("loss %r at step %d" % (value, step))
-            break
+        losses.append(round(value, 6) if math.isfinite(value) else value)
+        if not math.isfinite(value) and not problems:  # every step still runs: the other
+            problems.append("loss %r at step %d" % (value, step))  # ranks wait for this one
         if step >= args.warmup:
             ev_ms.append(start.elapsed_time(end))
             wall_ms.append((t1 - t0) * 1000.0)
@@ -1130,7 +1129,8 @@ def loss_gap(a, b):
     n = min(len(a or []), len(b or []))
     if n == 0:
         return None
-    return max(abs(a[i] - b[i]) for i in range(n))
+    gaps = [abs(a[i] - b[i]) for i in range(n)]
+    return float("inf") if any(not math.isfinite(g) for g in gaps) else max(gaps)
 
 
 def check_figures(r):

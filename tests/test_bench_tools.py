@@ -390,6 +390,12 @@ class TorchMultiGpuPure(unittest.TestCase):
         line = json.loads(slurp(out))
         self.assertEqual((line["kind"], line["bench"]), ("error", "ddp"))
 
+    def test_loss_gap(self):
+        gap = self.tm.loss_gap
+        self.assertAlmostEqual(gap([10.9, 10.8], [10.9, 10.75]), 0.05)
+        self.assertEqual(gap([10.9, float("nan")], [10.9, 10.8]), float("inf"))  # NaN: a failure
+        self.assertIsNone(gap([], [10.9]))
+
     def test_rank_rows_summary_and_table(self):
         tm = self.tm
         lines = fake_run(tm, "ddp", "vpmm", 2, 20000, 100.0, [10.9, 10.8, 10.7])
