@@ -5,8 +5,8 @@
 #   bash bench/run_multigpu.sh [--gpus 2|4] [--warmup N] [--steps N] [--batch N] [--sends N]
 #                              [--out DIR] [--budget SECONDS] [--build-dir DIR]
 #
-#   --gpus 2 (default)  builds libvpmm_torch_backend.so (build-gpu/, Release: build_torch_backend.sh),
-#                       then ddp and fsdp2 under torchrun on 2 GPUs for vpmm, native and expandable
+#   --gpus 2 (default)  builds libvpmm_torch_backend.so (Release, build_torch_backend.sh), then
+#                       ddp and fsdp2 under torchrun on 2 GPUs for vpmm, native and expandable
 #                       (same seeds), then the correctness checks: split (the three allocators at
 #                       once: nothing in it is timed) and ipc (one after another: it counts the
 #                       device memory in use); about 6 minutes
@@ -21,8 +21,8 @@
 # returns at most eight: multigpu.jsonl (every JSON line of every run), multigpu.log (everything
 # printed, the build and nvidia-smi included) and multigpu-summary.md (the tables, printed last).
 # Each run is bounded by `timeout`, and the session by --budget: a run that would not fit is
-# skipped and counted as a failure. Exit status 0 when every run and
-# every check passed, 1 otherwise, 2 when the session could not start (too few GPUs, no PyTorch).
+# skipped and counted as a failure. Exit status 0 when every run and every check passed, 1
+# otherwise, 2 when the session could not start (too few GPUs, no PyTorch).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 # NVSHMEM_DISABLE_NVLS=1): the lent machines forbid it. The Python is $PYTHON, else
 # /opt/torch/.venv/bin/python where it exists, else python3.
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.." || exit 2
 
 gpus=2 warmup=6 steps=30 batch="" sends=2000 budget=540 build=build-gpu
 out=${OUT:-bench-out/multigpu}
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
   --gpus) gpus=$2; shift 2 ;;
