@@ -36,7 +36,8 @@
 #define LEGACY     ((vpmm_stream_t)(uintptr_t)0x1)
 #define PER_THREAD ((vpmm_stream_t)(uintptr_t)0x2)
 
-#define CHECKED(d) assert_int_equal(vpmm_host_check((d), 1), 0)
+/* Every invariant of the node, the kernel's protections included (vpmm_host_check_access). */
+#define CHECKED(d) assert_int_equal(vpmm_host_check((d), 1) + vpmm_host_check_access((d), 1), 0)
 
 /* Opens a host instance (0 = the backend's default granularity / memory limit); fails the test
  * on error. */

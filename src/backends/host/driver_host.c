@@ -1,12 +1,12 @@
 /*
  * driver_host.c — the host emulation backend's node and views (driver_host.h): open, the views of
  * other devices, the process-wide shared node, close, the driver table every view carries,
- * vpmm_host_counts, vpmm_host_can_access and vpmm_host_check. driver_host_mem.c owns the memory
- * side, driver_host_stream.c the simulated streams, events and capture, driver_host_graph.c the
- * graphs and user objects; driver_host_internal.h holds what they share. Calls go one way:
- * driver_host.c -> driver_host_mem.c, driver_host.c -> driver_host_graph.c ->
- * driver_host_stream.c, and all of them -> driver_host_base.c; the stream side reaches graphs only
- * through h->graph_ops.
+ * vpmm_host_counts, vpmm_host_can_access, vpmm_host_check and vpmm_host_check_access.
+ * driver_host_mem.c owns the memory side, driver_host_stream.c the simulated streams, events and
+ * capture, driver_host_graph.c the graphs and user objects; driver_host_internal.h holds what they
+ * share. Calls go one way: driver_host.c -> driver_host_mem.c, driver_host.c -> driver_host_graph.c
+ * -> driver_host_stream.c, and all of them -> driver_host_base.c; the stream side reaches graphs
+ * only through h->graph_ops.
  *
  * A node is the state of ndev emulated devices of one machine: one memfd, one address space, one
  * stream table. A view (host_view_t) is the vpmm_driver_t of one device of it; the node counts its
@@ -358,6 +358,17 @@ int vpmm_host_can_access(vpmm_driver_t *d, uintptr_t va, size_t size)
     return ok;
 }
 
+size_t vpmm_host_check_access(vpmm_driver_t *d, int verbose)
+{
+    size_t bad = 0;
+    host_view_t *v = vpmm_host_i_lock_view(d);
+    CHECK_THAT(v != NULL, "not a host driver");
+    if (v)
+        bad += vpmm_host_i_access_check(v->node, verbose, 1);
+    vpmm_host_i_unlock_view(v);
+    return bad;
+}
+
 /* ---- invariant check (I6, I7, I10, I11; the others through the parts' checks) ------------- */
 
 /* I10 for device k: its legacy record, its per-thread map, its blocking streams. */
@@ -493,6 +504,7 @@ size_t vpmm_host_check(vpmm_driver_t *d, int verbose)
     const host_drv_t *h = v->node;
     bad += check_views(h, verbose);
     bad += vpmm_host_i_mem_check(h, verbose);
+    bad += vpmm_host_i_access_check(h, verbose, 0);
     bad += check_streams(h, verbose);
     bad += vpmm_host_i_graph_check(h, verbose);
     vpmm_host_i_unlock_view(v);

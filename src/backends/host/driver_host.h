@@ -335,4 +335,13 @@ void vpmm_host_wait_clear(vpmm_driver_t *d);
  */
 size_t vpmm_host_check(vpmm_driver_t *d, int verbose);
 
+/*
+ * Checks what vpmm_host_check cannot afford after every operation of a long run: that the kernel's
+ * protections (/proc/self/maps) are what the access masks say — read-write exactly where some
+ * device may access a mapping, none elsewhere in it (I4). Returns the number of violations
+ * (described on stderr when verbose); a non-host d counts as one; 0 checks of the kernel's side
+ * when /proc/self/maps cannot be read. The host backend's own tests call it after every mutation.
+ */
+size_t vpmm_host_check_access(vpmm_driver_t *d, int verbose);
+
 #endif /* VPMM_DRIVER_HOST_H */

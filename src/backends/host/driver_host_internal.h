@@ -20,6 +20,7 @@
 #ifndef VPMM_DRIVER_HOST_INTERNAL_H
 #define VPMM_DRIVER_HOST_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -266,7 +267,9 @@ typedef struct host_view {
  *      size; Σ handle.nmaps = counts.mappings, Σ mapping.size = counts.mapped_bytes. Access masks
  *      (the mapping's, or each granule's) ⊆ all_devs (bits [0, ndev)); the pages are
  *      PROT_READ|PROT_WRITE where the mask is nonzero and PROT_NONE where it is 0 (set_access
- *      and revoke_access change both together; test_driver_host_devices reads the kernel's view).
+ *      and revoke_access change both together). That last equation is checked against the
+ *      kernel's table by vpmm_host_check_access, not vpmm_host_check: reading /proc/self/maps
+ *      after every operation made the fuzzer's replay 7x slower; the host tests call both.
  *  I5  reservations are sorted, disjoint, gran-aligned; counts.reservations/reserved_bytes match;
  *      va_limit = 0 or counts.reserved_bytes ≤ va_limit.
  *  I6  counts.events = live slots of the event table; every event's dev < ndev, and a recorded
@@ -373,6 +376,18 @@ static inline uint64_t vpmm_host_i_reach(const host_drv_t *h, int k)
     return (h->isolated & own) ? own : (vpmm_host_i_all_devs(h) & ~h->isolated) | own;
 }
 
+/* The raw code of a failed system call: ENOMEM is what CUDA reports as out of memory, the rest is
+ * unknown. */
+static inline int vpmm_host_i_errno_code(int err)
+{
+    return err == ENOMEM ? CODE_OUT_OF_MEMORY : CODE_UNKNOWN;
+}
+
+static inline int vpmm_host_i_gran_aligned(const host_drv_t *h, uintptr_t x)
+{
+    return x % h->gran == 0;
+}
+
 /* driver_host_base.c: the name every view carries (vpmm_host_i_as_view tests it). */
 extern const char vpmm_host_i_name[];
 
@@ -406,7 +421,10 @@ vpmm_dres_t vpmm_host_i_fail_invalid(host_view_t *v, vpmm_drv_entry_t entry);
 
 /* ---- memory (driver_host_mem.c) ----------------------------------------------------------- */
 
-/* The memory-side entry points of the driver table (driver.h rules 2-4, 9, 10). */
+/* The mapping holding address va, or NULL. */
+host_map_t *vpmm_host_i_map_at(const host_drv_t *h, uintptr_t va);
+
+/* The memory-side entry points of the driver table (driver.h rules 2-4, 10). */
 vpmm_dres_t vpmm_host_i_granularity(vpmm_driver_t *d, size_t *out_bytes);
 vpmm_dres_t vpmm_host_i_va_reserve(vpmm_driver_t *d, size_t size, size_t align, uintptr_t *out_va);
 vpmm_dres_t vpmm_host_i_va_free(vpmm_driver_t *d, uintptr_t va, size_t size);
@@ -415,19 +433,11 @@ vpmm_dres_t vpmm_host_i_mem_release(vpmm_driver_t *d, vpmm_drv_handle_t handle);
 vpmm_dres_t vpmm_host_i_mem_map(vpmm_driver_t *d, uintptr_t va, size_t size,
                                 vpmm_drv_handle_t handle, size_t offset);
 vpmm_dres_t vpmm_host_i_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size);
-vpmm_dres_t vpmm_host_i_set_access(vpmm_driver_t *d, uintptr_t va, size_t size, const int *peers,
-                                   size_t npeers);
-vpmm_dres_t vpmm_host_i_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size, int peer);
-vpmm_dres_t vpmm_host_i_get_access(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw);
 vpmm_dres_t vpmm_host_i_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
                                    vpmm_drv_shareable_t *out);
 vpmm_dres_t vpmm_host_i_mem_import(vpmm_driver_t *d, const vpmm_drv_shareable_t *in,
                                    vpmm_drv_handle_t *out_handle);
 vpmm_dres_t vpmm_host_i_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *out_total);
-
-/* Whether the view's device may access every byte of [va, va + size), all of it mapped
- * (vpmm_host_can_access). */
-int vpmm_host_i_can_access(const host_view_t *v, uintptr_t va, size_t size);
 
 /* Unmaps every reservation and frees every handle, mapping and extent record, closing imported
  * handles' descriptors and the memfd (for the node's last close). */
@@ -435,6 +445,22 @@ void vpmm_host_i_mem_fini(host_drv_t *h);
 
 /* I1..I5; returns the number of violations. */
 size_t vpmm_host_i_mem_check(const host_drv_t *h, int verbose);
+
+/* ---- access (driver_host_access.c) -------------------------------------------------------- */
+
+/* The access entry points of the driver table (driver.h rule 9). */
+vpmm_dres_t vpmm_host_i_set_access(vpmm_driver_t *d, uintptr_t va, size_t size, const int *peers,
+                                   size_t npeers);
+vpmm_dres_t vpmm_host_i_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size, int peer);
+vpmm_dres_t vpmm_host_i_get_access(vpmm_driver_t *d, uintptr_t va, int device, int *out_rw);
+
+/* Whether the view's device may access every byte of [va, va + size), all of it mapped
+ * (vpmm_host_can_access). */
+int vpmm_host_i_can_access(const host_view_t *v, uintptr_t va, size_t size);
+
+/* I4's access half: masks within the node's devices and, with_kernel, pages protected as the
+ * masks say (read from /proc/self/maps: slow). Returns the number of violations. */
+size_t vpmm_host_i_access_check(const host_drv_t *h, int verbose, int with_kernel);
 
 /* ---- streams, events, capture (driver_host_stream.c) -------------------------------------- */
 

@@ -1,37 +1,43 @@
 /*
  * driver_host_stream.c — the simulated streams, events and capture of the host emulation backend
- * (driver_host.h); driver_host.c owns the memory side and the instance's lifetime,
- * driver_host_graph.c the graphs captures build and the user objects they hold.
+ * (driver_host.h); driver_host.c owns the node, its views and its lifetime, driver_host_mem.c the
+ * memory side, driver_host_graph.c the graphs captures build and the user objects they hold.
  *
- * Streams are bookkeeping only: a stream is a record in an open-addressing hash keyed by its
- * vpmm_stream_t, with counters of enqueued and completed work items and the barriers that
- * stream_wait_event put in its way; work advances only when a test says so (the vpmm_host_*
- * controls) or on synchronize, and every call that advances it lets driver_host_graph.c free
- * what the completed work kept alive (vpmm_host_i_graph_progress). Events are slot-table ids
- * naming a (stream, sequence) point, or a capture. Captures follow CUDA's rules for beginning,
- * ending, joining, merging and invalidation; each builds one graph. Also here: the stream-side
- * entry points of the driver table (capture ones included) and the wait log.
+ * Streams are bookkeeping only: a stream is a record with counters of enqueued and completed work
+ * items and the barriers that stream_wait_event put in its way, on one device of the node; work
+ * advances only when a test says so (the vpmm_host_* controls) or on synchronize, and every call
+ * that advances it lets driver_host_graph.c free what the completed work kept alive
+ * (vpmm_host_i_graph_progress). Events are slot-table ids naming a (stream, sequence) point, or a
+ * capture, and belong to a device. Captures follow CUDA's rules for beginning, ending, joining,
+ * merging and invalidation; each builds one graph. Also here: the stream-side entry points of the
+ * driver table (capture ones included) and the wait log.
  *
- * Handles are resolved before any lookup (driver_host.h, "streams"): NULL and 0x1 name the legacy
- * stream's record (kept under 0x1), 0x2 the calling thread's per-thread stream. A thread is known
- * by a token from a process-wide counter, kept in a _Thread_local (pthread_self() values are
- * reused after a thread exits; a token never is); a sorted map token -> record resolves 0x2, and
- * the record itself sits in the stream table under its own address, like the streams of
- * vpmm_host_stream_create, so that every walk over the table covers it. The implicit
- * synchronisation between the legacy stream and the blocking (per-thread) streams is made of
- * ordinary barriers, added just before the operation that implies them:
+ * Handles are resolved through the calling view before any lookup (driver_host.h, "streams"):
+ * NULL and 0x1 name the view's device's legacy stream (host_dev.legacy, outside the table), 0x2
+ * the calling thread's per-thread stream of that device; any other value is looked up in the
+ * node's open-addressing table keyed by vpmm_stream_t. A thread is known by a token from a
+ * process-wide counter, kept in a _Thread_local (pthread_self() values are reused after a thread
+ * exits; a token never is); a sorted map token -> record per device resolves 0x2, and the record
+ * itself sits in the stream table under its own address, like the streams of
+ * vpmm_host_stream_create, so that every walk over the table covers it (stream_each adds the
+ * legacy streams). The implicit synchronisation between a device's legacy stream and its blocking
+ * (per-thread) streams is made of ordinary barriers, added just before the operation that implies
+ * them:
  *
  *   enqueued in this order:  a1 a2 (on A)  b1 (on B)  l1 (legacy)  record E (legacy)  a3 (on A)
  *   barriers added:          l1 waits for A@2 and B@1; E covers l1, so A@2 and B@1 too; a3 waits
  *                            for legacy@1 and for whatever legacy's trailing waits wait on
  *
- * Thread-safety: every entry of the table, and every stream control, runs under the instance's
+ * Barriers may name streams of other devices (a wait on another device's event): completing a
+ * stream completes what it waits for, wherever that is.
+ *
+ * Thread-safety: every entry of the table, and every stream control, runs under the node's
  * recursive mutex (driver.h rule 7; the entries' wrappers are in driver_host.c).
  * Invariants: I6, I7 and I10 above struct host_drv in driver_host_internal.h, checked with the
  * rest by vpmm_host_check() in driver_host.c (I9, which ties captures to their graphs, in
  * driver_host_graph.c). Failure atomicity (rule 1): each entry point allocates what it needs
  * before its first visible change; event_destroy never allocates. The exceptions are CUDA's:
- * end_capture of an invalidated capture fails (901) and still ends it, and an operation on the
+ * end_capture of an invalidated capture fails (901) and still ends it, and an operation on a
  * legacy stream refused with 906 invalidates the captures it would have depended on.
  */
 #include "driver_host_internal.h"
