@@ -4,8 +4,8 @@
  * between nodes and across fork() (the child takes the descriptor with pidfd_getfd), the bytes
  * seen through both sides, an import counting against no device, every refusal changing nothing,
  * an import keeping the exporter's bytes alive after its release, and the descriptors: 10,000
- * imports and releases leave the process's open descriptors as they were, and closing a node
- * closes its imports'.
+ * imports and releases leave the process's open descriptors as they were, closing a node closes
+ * its imports', and with none left export and import fail cleanly.
  *
  * Every test opens its own nodes and calls vpmm_host_check() and vpmm_host_check_access() after
  * each mutation (CHECKED; the 10,000-cycle loop calls the cheap check after each step and the full
@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -423,6 +424,40 @@ static void test_export_import_across_fork(void **state)
     assert_int_equal(code, CHILD_OK);
 }
 
+/* Out of descriptors (RLIMIT_NOFILE reached): export and import fail (999, the dup's EMFILE) and
+ * change nothing; once a descriptor is free again both work. */
+static void test_out_of_descriptors(void **state)
+{
+    (void)state;
+    vpmm_driver_t *d = open_host(0, 0);
+    vpmm_drv_handle_t h = create(d, G), imp = 0;
+    vpmm_drv_shareable_t sh = export_of(d, h), none = { .fd = -5 };
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int top = dup(sh.fd); /* the lowest free descriptor: every one below it is in use */
+    assert_true(top >= 0);
+    assert_int_equal(close(top), 0);
+    vpmm_host_counts_t before;
+    vpmm_host_counts(d, &before);
+    low = old;
+    low.rlim_cur = (rlim_t)top; /* none numbered top or above: no new one at all */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    vpmm_dres_t re = d->mem_export(d, h, &none), ri = d->mem_import(d, &sh, &imp);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    expect_failure(d, ri, VPMM_DRV_ERROR, 999, VPMM_DRV_MEM_IMPORT);
+    assert_int_equal(re, VPMM_DRV_ERROR);
+    assert_int_equal(none.fd, -5);
+    assert_int_equal(imp, 0);
+    expect_same_counts(d, &before);
+    CHECKED(d);
+    imp = import_of(d, &sh);
+    assert_int_equal(d->mem_release(d, imp), VPMM_DRV_OK);
+    assert_int_equal(close(sh.fd), 0);
+    assert_int_equal(d->mem_release(d, h), VPMM_DRV_OK);
+    expect_empty(d);
+    close_host(d);
+}
+
 /* ---- descriptors -------------------------------------------------------------------------- */
 
 /* Only imported handles hold a descriptor, and only while they live. */
@@ -503,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_export_import_across_fork),
         cmocka_unit_test(test_import_release_cycles_keep_fds),
         cmocka_unit_test(test_close_closes_imported_fds),
+        cmocka_unit_test(test_out_of_descriptors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
