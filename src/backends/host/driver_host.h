@@ -16,9 +16,9 @@
  *    last_call and its own close(); the node goes when its last view closes, in any order.
  *  - Memory. Handles, mappings and reservations are the node's: a handle created through one view
  *    may be mapped, released or exported through any other of the node. memory_limit is per
- *    device: a handle counts against the device of the view that created it (released but still
- *    mapped, it keeps counting until its last unmap), and mem_get_info reports that device's
- *    free and total bytes.
+ *    device: a handle counts against the device of the view that created it (released, it keeps
+ *    counting while still mapped, or aliased by an import of the node), and mem_get_info reports
+ *    that device's free and total bytes.
  *  - Access (rule 9). Each mapping keeps a set of devices that may read and write it, per granule
  *    (a grant or revoke may cover part of a mapping, as in CUDA). set_access grants the view's
  *    device and its peers; revoke_access takes one peer away; get_access reads one device's bit.
@@ -50,8 +50,8 @@
  * rule 7): each runs under the node's recursive mutex, which every vpmm_host_* control below takes
  * too, so the threads of a test may drive their own per-thread streams while others use the node.
  * The shared node's opens and closes are serialised by a process mutex. Invariants are written
- * above struct host_drv in driver_host_internal.h and checked by vpmm_host_check(), which tests
- * call after every mutation.
+ * above struct host_drv in driver_host_internal.h and checked by vpmm_host_check() (and the
+ * kernel's side of access by vpmm_host_check_access()), which tests call after every mutation.
  *
  * Every vpmm_host_* helper takes a view (what vpmm_host_open, _open_device or _open_shared
  * returned; not a wrapper such as driver_fault's: unwrap it with vpmm_fault_inner). Given anything
