@@ -4,6 +4,10 @@
  */
 #include "driver_host_test_util.h"
 
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+
 vpmm_driver_t *open_host(size_t gran, size_t limit)
 {
     vpmm_host_options_t opt = { .granularity = gran, .memory_limit = limit };
@@ -39,6 +43,8 @@ void expect_empty(vpmm_driver_t *d)
     vpmm_host_counts(d, &c);
     assert_int_equal(c.handles, 0);
     assert_int_equal(c.handle_bytes, 0);
+    assert_int_equal(c.imported, 0);
+    assert_int_equal(c.imported_bytes, 0);
     assert_int_equal(c.mappings, 0);
     assert_int_equal(c.mapped_bytes, 0);
     assert_int_equal(c.reservations, 0);
@@ -80,4 +86,91 @@ void expect_capture_failure(vpmm_driver_t *d, vpmm_dres_t got, int code, const c
     assert_int_equal(got, VPMM_DRV_ERROR);
     assert_int_equal(d->last_code, code);
     assert_string_equal(d->last_call, call);
+}
+
+void expect_same_counts(vpmm_driver_t *d, const vpmm_host_counts_t *before)
+{
+    vpmm_host_counts_t now;
+    vpmm_host_counts(d, &now);
+    assert_int_equal(now.handles, before->handles);
+    assert_int_equal(now.handle_bytes, before->handle_bytes);
+    assert_int_equal(now.imported, before->imported);
+    assert_int_equal(now.imported_bytes, before->imported_bytes);
+    assert_int_equal(now.mappings, before->mappings);
+    assert_int_equal(now.mapped_bytes, before->mapped_bytes);
+    assert_int_equal(now.reservations, before->reservations);
+    assert_int_equal(now.reserved_bytes, before->reserved_bytes);
+    assert_int_equal(now.events, before->events);
+    assert_int_equal(now.graphs, before->graphs);
+    assert_int_equal(now.user_objects, before->user_objects);
+}
+
+uintptr_t reserve(vpmm_driver_t *d, size_t size)
+{
+    uintptr_t va = 0;
+    assert_int_equal(d->va_reserve(d, size, 0, &va), VPMM_DRV_OK);
+    CHECKED(d);
+    return va;
+}
+
+vpmm_drv_handle_t create(vpmm_driver_t *d, size_t size)
+{
+    vpmm_drv_handle_t h = 0;
+    assert_int_equal(d->mem_create(d, size, &h), VPMM_DRV_OK);
+    assert_true(h != 0);
+    CHECKED(d);
+    return h;
+}
+
+void map_rw(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_drv_handle_t h)
+{
+    assert_int_equal(d->mem_map(d, va, size, h, 0), VPMM_DRV_OK);
+    assert_int_equal(d->set_access(d, va, size, NULL, 0), VPMM_DRV_OK);
+    CHECKED(d);
+}
+
+vma_t vma_at(const void *p)
+{
+    vma_t v = { 0 };
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %4s %*s %*s %*s %n", &lo, &hi, v.perms, &path_at) < 3)
+            continue;
+        if ((uintptr_t)p < lo || (uintptr_t)p >= hi)
+            continue;
+        v.found = 1;
+        if (path_at > 0)
+            snprintf(v.path, sizeof v.path, "%.*s", (int)strcspn(line + path_at, "\n"),
+                     line + path_at);
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+int readable(const void *p)
+{
+    vma_t v = vma_at(p);
+    return v.found && v.perms[0] == 'r';
+}
+
+int writable(const void *p)
+{
+    vma_t v = vma_at(p);
+    return v.found && v.perms[1] == 'w';
+}
+
+size_t open_fds(void)
+{
+    size_t n = 0;
+    DIR *dir = opendir("/proc/self/fd");
+    assert_non_null(dir);
+    for (struct dirent *e = readdir(dir); e; e = readdir(dir))
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
 }

@@ -1,14 +1,17 @@
 /*
  * driver_host_test_util.h — helpers shared by the host backend's tests: test_driver_host.c
- * (memory, src/backends/host/driver_host.c), test_driver_host_stream.c (streams, events, capture,
- * src/backends/host/driver_host_stream.c) and test_driver_host_graph.c (graphs, execs, user
- * objects, src/backends/host/driver_host_graph.c).
+ * (memory, src/backends/host/driver_host_mem.c), test_driver_host_stream.c and
+ * test_driver_host_thread.c (streams, events, capture, src/backends/host/driver_host_stream.c),
+ * test_driver_host_graph.c (graphs, execs, user objects, src/backends/host/driver_host_graph.c)
+ * and test_driver_host_devices.c (devices, views, access, export and import, the shared node:
+ * src/backends/host/driver_host.c, _access.c, _mem.c).
  *
- * Every test opens its own instance with open_host, calls vpmm_host_check() after each mutation
- * (CHECKED) and closes it with close_host, which checks once more. A failed call must leave the
- * instance's counts untouched and name itself in last_call/last_code (expect_failure); a test
- * that cleans up ends with expect_empty. Helpers one file alone uses stay static in that file.
- * Not thread-safe: only the test thread calls these.
+ * Every test opens its own node with open_host (several devices: open_host_opt, then views of
+ * other devices with vpmm_host_open_device), calls vpmm_host_check() and vpmm_host_check_access()
+ * after each mutation (CHECKED) and closes it with close_host, which checks once more. A failed
+ * call must leave the instance's counts untouched and name itself in last_call/last_code
+ * (expect_failure); a test that cleans up ends with expect_empty. Helpers one file alone uses stay
+ * static in that file. Not thread-safe: only the test thread calls these.
  */
 #ifndef VPMM_DRIVER_HOST_TEST_UTIL_H
 #define VPMM_DRIVER_HOST_TEST_UTIL_H
@@ -36,7 +39,8 @@
 #define LEGACY     ((vpmm_stream_t)(uintptr_t)0x1)
 #define PER_THREAD ((vpmm_stream_t)(uintptr_t)0x2)
 
-#define CHECKED(d) assert_int_equal(vpmm_host_check((d), 1), 0)
+/* Every invariant of the node, the kernel's protections included (vpmm_host_check_access). */
+#define CHECKED(d) assert_int_equal(vpmm_host_check((d), 1) + vpmm_host_check_access((d), 1), 0)
 
 /* Opens a host instance (0 = the backend's default granularity / memory limit); fails the test
  * on error. */
@@ -52,9 +56,35 @@ void expect_failure(vpmm_driver_t *d, vpmm_dres_t got, vpmm_dres_t want, int cod
 /* Asserts a failure that has no entry in the enum (capture calls): VPMM_DRV_ERROR with CUDA's
  * code and call name. */
 void expect_capture_failure(vpmm_driver_t *d, vpmm_dres_t got, int code, const char *call);
-/* Asserts that the instance holds nothing: no handle, mapping, reservation, event, graph or user
- * object, and no touched byte. */
+/* Asserts that the node holds nothing: no handle (own or imported), mapping, reservation, event,
+ * graph or user object, and no touched byte. */
 void expect_empty(vpmm_driver_t *d);
+
+/* Asserts that the node's counts (touched bytes aside) are those of *before. */
+void expect_same_counts(vpmm_driver_t *d, const vpmm_host_counts_t *before);
+
+/* A reservation of size bytes (default alignment) / a handle of size bytes; fail the test on
+ * error. */
+uintptr_t reserve(vpmm_driver_t *d, size_t size);
+vpmm_drv_handle_t create(vpmm_driver_t *d, size_t size);
+/* Maps the whole handle h at va and grants d's device (no peer). */
+void map_rw(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_drv_handle_t h);
+
+/* The kernel's view of the mapping holding p (/proc/self/maps): its permissions ("rw-s",
+ * "---p") and path. Reading the table never touches p, so a PROT_NONE page raises no signal and
+ * valgrind sees no access to it. */
+typedef struct vma {
+    int found;
+    char perms[5];
+    char path[128];
+} vma_t;
+vma_t vma_at(const void *p);
+/* Whether the page holding p is readable / writable, by the kernel's table. */
+int readable(const void *p);
+int writable(const void *p);
+
+/* Descriptors the process holds (entries of /proc/self/fd). */
+size_t open_fds(void);
 
 /* Counts destructor runs; checks the instance from inside the destructor (it must be consistent
  * by then) and records instead of asserting (a longjmp out of a driver call would be wrong). */

@@ -1,16 +1,18 @@
 /*
  * test_driver_host.c — tests of the host emulation backend's basics and memory side
- * (src/backends/host/driver_host.c): entry names, open options, the controls' refusal of a foreign
- * driver, VA reservations and their limit (va_limit), close() releasing everything, handles and the
- * memory limit, map/unmap/set_access validation, real aliasing, deferred release, and the fd budget
- * (thousands of handles, one memfd), with a random run against a small model. Streams, events and
- * capture are tested in test_driver_host_stream.c, graphs and user objects in
- * test_driver_host_graph.c; the helpers the three share are in driver_host_test_util.h.
+ * (src/backends/host/driver_host.c, driver_host_mem.c, driver_host_access.c): entry names, open
+ * options, the controls' refusal of a foreign driver, VA reservations and their limit (va_limit),
+ * close() releasing everything, handles and the memory limit, map/unmap/set_access validation, real
+ * aliasing, deferred release, and the fd budget (thousands of handles, one memfd), with a random
+ * run against a small model. Streams, events and capture are tested in test_driver_host_stream.c,
+ * graphs and user objects in test_driver_host_graph.c; the helpers they share are in
+ * driver_host_test_util.h.
  *
- * Every test opens its own instance and calls vpmm_host_check() after each mutation (CHECKED)
+ * Every test opens its own node and calls vpmm_host_check() after each mutation (CHECKED)
  * and before closing. Inaccessible memory is never touched: protections are read from the
- * kernel's table (/proc/self/maps), so a PROT_NONE page raises no signal and valgrind sees no
- * access to it.
+ * kernel's table (/proc/self/maps, vma_at in driver_host_test_util.c), so a PROT_NONE page raises
+ * no signal and valgrind sees no access to it. Several devices, access per device, export and
+ * import are tested in test_driver_host_devices.c.
  */
 #include "driver_host_test_util.h"
 #include "test_rng.h"
@@ -58,92 +60,11 @@ static size_t huge_reservation(void)
 typedef volatile unsigned char vbyte_t;
 #define ALIAS_BARRIER() __asm__ __volatile__("" ::: "memory")
 
-/* The kernel's view of the mapping holding p: its permissions ("rw-s", "---p") and path. */
-typedef struct vma {
-    int found;
-    char perms[5];
-    char path[128];
-} vma_t;
-
-static vma_t vma_at(const void *p)
-{
-    vma_t v = { 0 };
-    FILE *f = fopen("/proc/self/maps", "r");
-    assert_non_null(f);
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        int path_at = 0;
-        if (sscanf(line, "%lx-%lx %4s %*s %*s %*s %n", &lo, &hi, v.perms, &path_at) < 3)
-            continue;
-        if ((uintptr_t)p < lo || (uintptr_t)p >= hi)
-            continue;
-        v.found = 1;
-        if (path_at > 0)
-            snprintf(v.path, sizeof v.path, "%.*s", (int)strcspn(line + path_at, "\n"),
-                     line + path_at);
-        break;
-    }
-    fclose(f);
-    return v;
-}
-
-static int readable(const void *p)
-{
-    vma_t v = vma_at(p);
-    return v.found && v.perms[0] == 'r';
-}
-
-static int writable(const void *p)
-{
-    vma_t v = vma_at(p);
-    return v.found && v.perms[1] == 'w';
-}
-
 /* 1 if p lies in a shared mapping of the backend's memfd (not a PROT_NONE placeholder). */
 static int memfd_backed(const void *p)
 {
     vma_t v = vma_at(p);
     return v.found && v.perms[3] == 's' && strstr(v.path, "memfd:vpmm-host") != NULL;
-}
-
-static void expect_same_counts(vpmm_driver_t *d, const vpmm_host_counts_t *before)
-{
-    vpmm_host_counts_t now;
-    vpmm_host_counts(d, &now);
-    assert_int_equal(now.handles, before->handles);
-    assert_int_equal(now.handle_bytes, before->handle_bytes);
-    assert_int_equal(now.mappings, before->mappings);
-    assert_int_equal(now.mapped_bytes, before->mapped_bytes);
-    assert_int_equal(now.reservations, before->reservations);
-    assert_int_equal(now.reserved_bytes, before->reserved_bytes);
-    assert_int_equal(now.events, before->events);
-    assert_int_equal(now.graphs, before->graphs);
-    assert_int_equal(now.user_objects, before->user_objects);
-}
-
-static uintptr_t reserve(vpmm_driver_t *d, size_t size)
-{
-    uintptr_t va = 0;
-    assert_int_equal(d->va_reserve(d, size, 0, &va), VPMM_DRV_OK);
-    CHECKED(d);
-    return va;
-}
-
-static vpmm_drv_handle_t create(vpmm_driver_t *d, size_t size)
-{
-    vpmm_drv_handle_t h = 0;
-    assert_int_equal(d->mem_create(d, size, &h), VPMM_DRV_OK);
-    assert_true(h != 0);
-    CHECKED(d);
-    return h;
-}
-
-static void map_rw(vpmm_driver_t *d, uintptr_t va, size_t size, vpmm_drv_handle_t h, size_t off)
-{
-    assert_int_equal(d->mem_map(d, va, size, h, off), VPMM_DRV_OK);
-    assert_int_equal(d->set_access(d, va, size, NULL, 0), VPMM_DRV_OK);
-    CHECKED(d);
 }
 
 /* ---- basics ------------------------------------------------------------------------------- */
@@ -258,6 +179,14 @@ static void test_controls_reject_foreign_driver(void **state)
     assert_null(vpmm_host_wait_at(&fake, 0).waiter);
     assert_int_equal(vpmm_host_check(&fake, 0), 1);
     assert_int_equal(vpmm_host_check(NULL, 0), 1);
+    assert_int_equal(vpmm_host_check_access(&fake, 0), 1);
+    assert_int_equal(vpmm_host_check_access(NULL, 0), 1);
+    assert_int_equal(vpmm_host_can_access(&fake, 0x200000, 1), 0);
+    assert_int_equal(vpmm_host_can_access(NULL, 0x200000, 0), 0);
+    vpmm_driver_t *v = (vpmm_driver_t *)&fake;
+    assert_int_equal(vpmm_host_open_device(&fake, 0, &v), VPMM_DRV_INVALID);
+    assert_null(v);
+    assert_int_equal(vpmm_host_open_device(NULL, 0, &v), VPMM_DRV_INVALID);
 }
 
 /* ---- VA reservations ---------------------------------------------------------------------- */
@@ -366,7 +295,7 @@ static void test_close_releases_everything(void **state)
     vpmm_driver_t *d = open_host(0, 64 * MiB);
     uintptr_t va = reserve(d, 8 * MiB);
     vpmm_drv_handle_t h = create(d, 4 * MiB);
-    map_rw(d, va, 4 * MiB, h, 0);
+    map_rw(d, va, 4 * MiB, h);
     memset((void *)va, 1, 4 * MiB);
     vpmm_drv_event_t ev;
     assert_int_equal(d->event_create(d, NULL, &ev), VPMM_DRV_OK);
@@ -460,7 +389,7 @@ static void test_memory_returned(void **state)
     vpmm_drv_handle_t h[3];
     for (int i = 0; i < 3; i++) {
         h[i] = create(d, G);
-        map_rw(d, va + (size_t)i * G, G, h[i], 0);
+        map_rw(d, va + (size_t)i * G, G, h[i]);
         memset((void *)(va + (size_t)i * G), 0x5a, G);
     }
     vpmm_host_counts_t c;
@@ -476,7 +405,7 @@ static void test_memory_returned(void **state)
 
     /* The hole is reused (first fit), and reads back as zero: the old bytes are gone. */
     h[1] = create(d, G);
-    map_rw(d, va + 4 * G, G, h[1], 0);
+    map_rw(d, va + 4 * G, G, h[1]);
     assert_int_equal(((vbyte_t *)va)[4 * G], 0);
     assert_int_equal(((vbyte_t *)va)[5 * G - 1], 0);
 
@@ -500,7 +429,7 @@ static void test_map_validation(void **state)
     uintptr_t va = reserve(d, 16 * MiB);
     vpmm_drv_handle_t h = create(d, 4 * MiB), gone = create(d, G);
     assert_int_equal(d->mem_release(d, gone), VPMM_DRV_OK);
-    map_rw(d, va + 8 * MiB, 4 * MiB, h, 0); /* an existing mapping to collide with */
+    map_rw(d, va + 8 * MiB, 4 * MiB, h); /* an existing mapping to collide with */
 
     vpmm_host_counts_t before;
     vpmm_host_counts(d, &before);
@@ -556,9 +485,9 @@ static void test_aliasing(void **state)
     vpmm_driver_t *d = open_host(0, 64 * MiB);
     uintptr_t va = reserve(d, 8 * MiB), other = reserve(d, 4 * MiB);
     vpmm_drv_handle_t h = create(d, G);
-    map_rw(d, va, G, h, 0);
-    map_rw(d, other + G, G, h, 0); /* in another reservation */
-    map_rw(d, va + 4 * MiB, G, h, 0);
+    map_rw(d, va, G, h);
+    map_rw(d, other + G, G, h); /* in another reservation */
+    map_rw(d, va + 4 * MiB, G, h);
 
     vbyte_t *a = (vbyte_t *)va, *b = (vbyte_t *)(va + 4 * MiB), *c = (vbyte_t *)(other + G);
     for (size_t i = 0; i < G; i += 4096)
@@ -612,7 +541,7 @@ static void test_partial_mapping_refused(void **state)
     expect_same_counts(d, &before);
     CHECKED(d);
     /* The whole handle maps. */
-    map_rw(d, va, 2 * G, h, 0);
+    map_rw(d, va, 2 * G, h);
     assert_int_equal(d->mem_unmap(d, va, 2 * G), VPMM_DRV_OK);
     assert_int_equal(d->mem_release(d, h), VPMM_DRV_OK);
     assert_int_equal(d->va_free(d, va, 8 * MiB), VPMM_DRV_OK);
@@ -639,10 +568,13 @@ static void test_set_access_rules(void **state)
     assert_false(readable((void *)(va + G)));
 
     /* Bad ranges: misaligned, empty, a gap, past the end. */
-    expect_failure(d, d->set_access(d, va + 4096, G, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
-    expect_failure(d, d->set_access(d, va, G + 4096, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va + 4096, G, NULL, 0), VPMM_DRV_INVALID, 1,
+                   VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va, G + 4096, NULL, 0), VPMM_DRV_INVALID, 1,
+                   VPMM_DRV_SET_ACCESS);
     expect_failure(d, d->set_access(d, va, 0, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
-    expect_failure(d, d->set_access(d, va, 5 * G, NULL, 0), VPMM_DRV_INVALID, 1, VPMM_DRV_SET_ACCESS);
+    expect_failure(d, d->set_access(d, va, 5 * G, NULL, 0), VPMM_DRV_INVALID, 1,
+                   VPMM_DRV_SET_ACCESS);
     expect_failure(d, d->set_access(d, va + 2 * G, 2 * G, NULL, 0), VPMM_DRV_INVALID, 1,
                    VPMM_DRV_SET_ACCESS);
     assert_false(readable((void *)va));
@@ -675,8 +607,8 @@ static void test_unmap_rules(void **state)
     vpmm_driver_t *d = open_host(0, 64 * MiB);
     uintptr_t va = reserve(d, 16 * MiB);
     vpmm_drv_handle_t h = create(d, 4 * MiB), h2 = create(d, G);
-    map_rw(d, va, 4 * MiB, h, 0);
-    map_rw(d, va + 4 * MiB, G, h2, 0);
+    map_rw(d, va, 4 * MiB, h);
+    map_rw(d, va + 4 * MiB, G, h2);
     memset((void *)va, 0xcd, 4 * MiB);
 
     vpmm_host_counts_t before;
@@ -712,7 +644,7 @@ static void test_unmap_rules(void **state)
     assert_int_equal(after.mapped_bytes, G);
     assert_int_equal(after.reservations, 1);
 
-    map_rw(d, va + 6 * MiB, 4 * MiB, h, 0); /* same handle, different place: contents kept */
+    map_rw(d, va + 6 * MiB, 4 * MiB, h); /* same handle, different place: contents kept */
     assert_int_equal(((vbyte_t *)va)[6 * MiB + 3 * MiB], 0xcd);
     assert_int_equal(d->mem_unmap(d, va + 6 * MiB, 4 * MiB), VPMM_DRV_OK);
     assert_int_equal(d->mem_unmap(d, va + 4 * MiB, G), VPMM_DRV_OK);
@@ -730,8 +662,8 @@ static void test_release_while_mapped(void **state)
     vpmm_driver_t *d = open_host(0, 16 * MiB);
     uintptr_t va = reserve(d, 8 * MiB);
     vpmm_drv_handle_t h = create(d, G);
-    map_rw(d, va, G, h, 0);
-    map_rw(d, va + 2 * G, G, h, 0);
+    map_rw(d, va, G, h);
+    map_rw(d, va + 2 * G, G, h);
     memset((void *)va, 0xab, G);
 
     assert_int_equal(d->mem_release(d, h), VPMM_DRV_OK);

@@ -173,8 +173,8 @@ static void test_waits_across_three_streams(void **state)
 
     /* The log lists every wait, in order. */
     const vpmm_host_wait_t want[] = {
-        { B, A, 2 },    { C, B, 2 }, { B, A, 4 }, { C, B, 3 },
-        { B, NULL, 0 }, { B, B, 3 }, { B, A, 4 },
+        { B, A, 2, 0, 0 },    { C, B, 2, 0, 0 }, { B, A, 4, 0, 0 }, { C, B, 3, 0, 0 },
+        { B, NULL, 0, 0, 0 }, { B, B, 3, 0, 0 }, { B, A, 4, 0, 0 },
     };
     assert_int_equal(vpmm_host_wait_count(d), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -182,6 +182,8 @@ static void test_waits_across_three_streams(void **state)
         assert_ptr_equal(w.waiter, want[i].waiter);
         assert_ptr_equal(w.signaller, want[i].signaller);
         assert_int_equal(w.signal_seq, want[i].signal_seq);
+        assert_int_equal(w.waiter_device, 0); /* one device */
+        assert_int_equal(w.signaller_device, 0);
     }
     vpmm_host_wait_t none = vpmm_host_wait_at(d, 99);
     assert_null(none.waiter);

@@ -4,8 +4,9 @@
  * thread its own stream behind the same handle value, thread tokens never reused, 0 and 0x1 as one
  * legacy stream, the per_thread_default_stream option, and the legacy stream's implicit
  * synchronisation with the blocking (per-thread) streams in both directions, refused (906, capture
- * invalidated) while one of them captures. The rest of the stream emulation is in
- * test_driver_host_stream.c.
+ * invalidated) while one of them captures; the shared node opened, used and closed from several
+ * threads at once, and views of two devices driven by their own threads. The rest of the stream
+ * emulation is in test_driver_host_stream.c, devices in test_driver_host_devices.c.
  *
  * Every test opens its own instance and calls vpmm_host_check() after each mutation (CHECKED) and
  * before closing. Only the test thread asserts: the threads a test starts hand their results
@@ -650,6 +651,114 @@ static void test_legacy_refused_while_per_thread_captures(void **state)
     close_host(d);
 }
 
+/* ---- the shared node and views from several threads --------------------------------------- */
+
+typedef struct view_job {
+    int dev;
+    int rounds;
+    size_t failures; /* counted, asserted by the test thread once joined */
+} view_job_t;
+
+/*
+ * One thread's life on the shared node: open a view of its device, use it (memory, its per-thread
+ * stream, an event), close it, again and again. With no view held elsewhere, the node is created
+ * and freed over and over while the other threads open and close theirs.
+ */
+static void *view_churn_job(void *arg)
+{
+    view_job_t *j = arg;
+    vpmm_host_options_t opt = { .memory_limit = 64 * MiB };
+    for (int r = 0; r < j->rounds; r++) {
+        vpmm_driver_t *v = NULL;
+        vpmm_drv_handle_t h = 0;
+        vpmm_drv_event_t ev = NULL;
+        uintptr_t va = 0;
+        if (vpmm_host_open_shared(&opt, j->dev, &v) != VPMM_DRV_OK) {
+            j->failures++;
+            continue;
+        }
+        j->failures += v->device != j->dev;
+        j->failures += v->va_reserve(v, 4 * MiB, 0, &va) != VPMM_DRV_OK;
+        j->failures += v->mem_create(v, G, &h) != VPMM_DRV_OK;
+        j->failures += v->mem_map(v, va, G, h, 0) != VPMM_DRV_OK;
+        j->failures += v->set_access(v, va, G, NULL, 0) != VPMM_DRV_OK;
+        ((volatile unsigned char *)va)[r] = (unsigned char)r;
+        j->failures += vpmm_host_enqueue(v, PER_THREAD) == 0;
+        j->failures += v->event_create(v, NULL, &ev) != VPMM_DRV_OK;
+        j->failures += v->event_record(v, ev, PER_THREAD) != VPMM_DRV_OK;
+        vpmm_host_complete(v, PER_THREAD);
+        j->failures += v->event_query(v, ev) != VPMM_DRV_OK;
+        j->failures += v->event_destroy(v, ev) != VPMM_DRV_OK;
+        j->failures += v->mem_unmap(v, va, G) != VPMM_DRV_OK;
+        j->failures += v->mem_release(v, h) != VPMM_DRV_OK;
+        j->failures += v->va_free(v, va, 4 * MiB) != VPMM_DRV_OK;
+        j->failures += vpmm_host_check(v, 1) != 0;
+        v->close(v);
+    }
+    return NULL;
+}
+
+static void test_shared_node_from_threads(void **state)
+{
+    (void)state;
+    enum { T = 4, ROUNDS = 300 };
+    pthread_t t[T];
+    view_job_t jobs[T];
+    int started = 0;
+    while (started < T) {
+        jobs[started] = (view_job_t){ .dev = 2 * started + 1, .rounds = ROUNDS };
+        if (pthread_create(&t[started], NULL, view_churn_job, &jobs[started]) != 0)
+            break;
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(started, T);
+    for (int i = 0; i < T; i++)
+        assert_int_equal(jobs[i].failures, 0);
+    /* Every view closed: the node is gone, and the next open makes one with its own options. */
+    vpmm_host_options_t other = { .memory_limit = 16 * MiB };
+    vpmm_driver_t *d = NULL;
+    assert_int_equal(vpmm_host_open_shared(&other, 0, &d), VPMM_DRV_OK);
+    CHECKED(d);
+    expect_empty(d);
+    close_host(d);
+}
+
+/* Views of two devices of one node, each driven by its own thread, with waits across them. */
+static void test_views_on_threads(void **state)
+{
+    (void)state;
+    vpmm_host_options_t opt = { .devices = 2 };
+    vpmm_driver_t *d0 = open_host_opt(&opt), *d1 = NULL;
+    assert_int_equal(vpmm_host_open_device(d0, 1, &d1), VPMM_DRV_OK);
+    worker_t *a = worker_start(d0), *b = worker_start(d1);
+    vpmm_stream_t ka = worker_key(a), kb = worker_key(b);
+    vpmm_drv_event_t ev;
+    int dev = -1;
+    assert_int_equal(d1->stream_device(d1, ka, &dev), VPMM_DRV_OK);
+    assert_int_equal(dev, 0);
+    assert_int_equal(d0->stream_device(d0, kb, &dev), VPMM_DRV_OK);
+    assert_int_equal(dev, 1);
+    assert_int_equal(d0->event_create(d0, ka, &ev), VPMM_DRV_OK);
+    assert_int_equal(on_thread(a, W_ENQUEUE, 0), 1);
+    assert_int_equal(d0->event_record(d0, ev, ka), VPMM_DRV_OK);
+    expect_failure(d0, d0->event_record(d0, ev, kb), VPMM_DRV_INVALID, 400, VPMM_DRV_EVENT_RECORD);
+    assert_int_equal(d1->stream_wait_event(d1, kb, ev), VPMM_DRV_OK);
+    assert_int_equal(on_thread(b, W_ENQUEUE, 0), 1);
+    assert_int_equal(on_thread(b, W_ADVANCE, 1), 0); /* waits for a's work, on device 0 */
+    CHECKED(d0);
+    assert_int_equal(on_thread(a, W_ADVANCE, 1), 1);
+    assert_int_equal(on_thread(b, W_ADVANCE, 1), 1);
+    CHECKED(d1);
+    worker_stop(a);
+    worker_stop(b);
+    assert_int_equal(d1->event_destroy(d1, ev), VPMM_DRV_OK);
+    close_host(d1);
+    expect_empty(d0);
+    close_host(d0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -661,6 +770,8 @@ int main(void)
         cmocka_unit_test_teardown(test_legacy_wait_orders_per_thread, stop_workers),
         cmocka_unit_test_teardown(test_legacy_sync_barriers_bounded, stop_workers),
         cmocka_unit_test_teardown(test_legacy_refused_while_per_thread_captures, stop_workers),
+        cmocka_unit_test(test_shared_node_from_threads),
+        cmocka_unit_test_teardown(test_views_on_threads, stop_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

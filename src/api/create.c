@@ -34,18 +34,35 @@ static void set_no_device_error(int device)
                      why);
 }
 
-static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
+/*
+ * The host backend: a pool whose config.device is set gets that device of the process-wide shared
+ * node (several pools, one emulated machine: streams, VA and peers shared, as on CUDA); the
+ * default (-1) a node of its own, one device, as every single-pool program and test expects.
+ * config.ipc = 0 makes the view non-exportable, as the CUDA backend's handles would be.
+ */
+static vpmm_status_t open_host(const vpmm_options_t *opt, vpmm_driver_t **out)
 {
     vpmm_host_options_t host = { .memory_limit = opt->host_memory,
-                                 .per_thread_default_stream = opt->per_thread_default };
+                                 .per_thread_default_stream = opt->per_thread_default,
+                                 .not_exportable = !opt->ipc };
+    vpmm_dres_t r = opt->device >= 0 ? vpmm_host_open_shared(&host, opt->device, out)
+                                     : vpmm_host_open(&host, out);
+    if (r == VPMM_DRV_INVALID && opt->device >= 0)
+        vpmm_i_set_error("the host backend's shared node refused device %d: not one of its "
+                         "devices (8 unless opened otherwise), or host_memory differs from that of "
+                         "the pools already open",
+                         opt->device);
+    else if (r != VPMM_DRV_OK)
+        vpmm_i_set_error("the host backend could not start (error %d)", (int)r);
+    return vpmm_i_status_from_dres(r);
+}
+
+static vpmm_status_t open_driver(const vpmm_options_t *opt, vpmm_driver_t **out)
+{
     vpmm_dres_t r;
 
-    if (opt->backend == VPMM_BACKEND_HOST) {
-        r = vpmm_host_open(&host, out);
-        if (r != VPMM_DRV_OK)
-            vpmm_i_set_error("the host backend could not start (error %d)", (int)r);
-        return vpmm_i_status_from_dres(r);
-    }
+    if (opt->backend == VPMM_BACKEND_HOST)
+        return open_host(opt, out);
     r = vpmm_driver_cuda_open(opt->device, opt->ipc ? VPMM_DRV_OPEN_EXPORTABLE : 0, out);
     if (r == VPMM_DRV_NO_DEVICE)
         set_no_device_error(opt->device);

@@ -1,11 +1,11 @@
 /*
- * driver_host_base.c — the host backend's building blocks, shared by driver_host.c,
- * driver_host_stream.c and driver_host_graph.c and calling none of them: the generation-checked
- * slot table (handles of events, graphs, execs, user objects), the host-instance test and the
- * failure recorders (driver.h rule 1: last_code, last_call). Arrays grow through RESERVE
- * (driver_host_internal.h, on ds/array.h).
- * Thread-safety: the callers hold the instance's mutex. No invariants of its own (the slot
- * tables' are I-equations in driver_host_internal.h, checked by vpmm_host_check).
+ * driver_host_base.c — the host backend's building blocks, shared by every other part
+ * (driver_host.c, _mem.c, _graph.c, _stream.c) and calling none of them: the generation-checked
+ * slot table (handles, events, graphs, execs, user objects), the view test and lock bracket, and
+ * the failure recorders (driver.h rule 1: a view's last_code, last_call). Arrays grow through
+ * RESERVE (driver_host_internal.h, on ds/array.h).
+ * Thread-safety: the callers hold the node's mutex (lock_view takes it). No invariants of its own
+ * (the slot tables' are I-equations in driver_host_internal.h, checked by vpmm_host_check).
  */
 #include "driver_host_internal.h"
 
@@ -52,26 +52,40 @@ void vpmm_host_i_slot_drop(slot_table_t *t, uint64_t id)
 
 const char vpmm_host_i_name[] = "host";
 
-/* The instance behind d, or NULL when d is not a host backend (a wrapper, NULL, ...): only a host
- * instance carries this very name pointer (a wrapper names itself "fault(host)"). */
-host_drv_t *vpmm_host_i_as_host(vpmm_driver_t *d)
+/* The view behind d, or NULL when d is not a host backend (a wrapper, NULL, ...): only a host
+ * view carries this very name pointer (a wrapper names itself "fault(host)"). */
+host_view_t *vpmm_host_i_as_view(vpmm_driver_t *d)
 {
-    return d && d->name == vpmm_host_i_name ? (host_drv_t *)d : NULL;
+    return d && d->name == vpmm_host_i_name ? (host_view_t *)d : NULL;
 }
 
-vpmm_dres_t vpmm_host_i_fail_call(host_drv_t *h, const char *call, vpmm_dres_t res, int code)
+host_view_t *vpmm_host_i_lock_view(vpmm_driver_t *d)
 {
-    h->base.last_code = code;
-    h->base.last_call = call;
+    host_view_t *v = vpmm_host_i_as_view(d);
+    if (v)
+        pthread_mutex_lock(&v->node->lock);
+    return v;
+}
+
+void vpmm_host_i_unlock_view(host_view_t *v)
+{
+    if (v)
+        pthread_mutex_unlock(&v->node->lock);
+}
+
+vpmm_dres_t vpmm_host_i_fail_call(host_view_t *v, const char *call, vpmm_dres_t res, int code)
+{
+    v->base.last_code = code;
+    v->base.last_call = call;
     return res;
 }
 
-vpmm_dres_t vpmm_host_i_fail(host_drv_t *h, vpmm_drv_entry_t entry, vpmm_dres_t res, int code)
+vpmm_dres_t vpmm_host_i_fail(host_view_t *v, vpmm_drv_entry_t entry, vpmm_dres_t res, int code)
 {
-    return vpmm_host_i_fail_call(h, vpmm_drv_entry_name(entry), res, code);
+    return vpmm_host_i_fail_call(v, vpmm_drv_entry_name(entry), res, code);
 }
 
-vpmm_dres_t vpmm_host_i_fail_invalid(host_drv_t *h, vpmm_drv_entry_t entry)
+vpmm_dres_t vpmm_host_i_fail_invalid(host_view_t *v, vpmm_drv_entry_t entry)
 {
-    return vpmm_host_i_fail(h, entry, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+    return vpmm_host_i_fail(v, entry, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
 }

@@ -1,7 +1,7 @@
 /*
  * driver_host_graph.c — graphs, executable graphs and user objects of the host emulation backend
  * (driver_host.h, "graphs and user objects"); driver_host_stream.c owns the captures that create
- * graphs and the streams that launches run on, driver_host.c the instance's lifetime.
+ * graphs and the streams that launches run on, driver_host.c the node's lifetime.
  *
  * Reference model (driver.h rule 8). A user object's count is split: the caller's references
  * (caller_refs), and one per entry of the refs array of every graph and exec that holds it.
@@ -15,10 +15,11 @@
  *
  * When a count reaches zero the object leaves the table and waits on host_drv.dead; its destructor
  * runs in vpmm_host_i_graph_progress, which every call that can drop a reference ends with, so a
- * destructor always sees a consistent instance (it may even call the backend again).
+ * destructor always sees a consistent node (it may even call the backend again).
  *
- * Thread-safety: every entry of the table runs under the instance's recursive mutex (driver.h
- * rule 7; the wrappers are in driver_host.c).
+ * Thread-safety: every entry of the table and every control runs under the node's recursive mutex
+ * (driver.h rule 7; the entries' wrappers are in driver_host.c). Graphs, execs and user objects are
+ * the node's: any view of it may use them.
  * Invariants: I8 and I9 above struct host_drv in driver_host_internal.h, checked here by
  * vpmm_host_i_graph_check (called from vpmm_host_check). Failure atomicity (rule 1): each call
  * allocates what it needs before its first visible change; destroy and release never allocate.
@@ -70,7 +71,7 @@ static void unref_all(host_drv_t *h, host_uobj_t **refs, size_t n)
         uobj_unref(h, refs[i]);
 }
 
-/* Runs the destructors owed. The list is taken off the instance first, so that each destructor
+/* Runs the destructors owed. The list is taken off the node first, so that each destructor
  * sees it as between calls (dead = NULL, I8); one that drops more references adds to h->dead,
  * which the outer loop drains next. */
 static void run_destructors(host_drv_t *h)
@@ -92,15 +93,16 @@ static void run_destructors(host_drv_t *h)
 vpmm_dres_t vpmm_host_i_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn destroy, void *arg,
                                            vpmm_drv_uobj_t *out)
 {
-    host_drv_t *h = (host_drv_t *)d;
+    host_view_t *v = vpmm_host_i_view(d);
+    host_drv_t *h = v->node;
     const vpmm_drv_entry_t e = VPMM_DRV_USER_OBJECT_CREATE;
     if (!destroy || !out)
-        return vpmm_host_i_fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(v, e);
     host_uobj_t *o = calloc(1, sizeof *o);
     uint64_t id = o ? vpmm_host_i_slot_put(&h->uobjs, o) : 0;
     if (id == 0) {
         free(o);
-        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(v, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     }
     o->id = id;
     o->destroy = destroy;
@@ -115,14 +117,15 @@ vpmm_dres_t vpmm_host_i_user_object_create(vpmm_driver_t *d, vpmm_drv_uobj_fn de
 vpmm_dres_t vpmm_host_i_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t graph,
                                                  vpmm_drv_uobj_t obj)
 {
-    host_drv_t *h = (host_drv_t *)d;
+    host_view_t *v = vpmm_host_i_view(d);
+    host_drv_t *h = v->node;
     const vpmm_drv_entry_t e = VPMM_DRV_GRAPH_RETAIN_USER_OBJECT;
     host_graph_t *g = graph_get(h, graph);
     host_uobj_t *o = uobj_get(h, obj);
     if (!g || !o || o->caller_refs == 0)
-        return vpmm_host_i_fail_invalid(h, e);
+        return vpmm_host_i_fail_invalid(v, e);
     if (RESERVE(g->refs, g->refs_cap, g->n_refs + 1))
-        return vpmm_host_i_fail(h, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail(v, e, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     g->refs[g->n_refs++] = o;
     o->caller_refs--; /* moved: o->refs is unchanged */
     return VPMM_DRV_OK;
@@ -130,10 +133,11 @@ vpmm_dres_t vpmm_host_i_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t 
 
 vpmm_dres_t vpmm_host_i_user_object_release(vpmm_driver_t *d, vpmm_drv_uobj_t obj)
 {
-    host_drv_t *h = (host_drv_t *)d;
+    host_view_t *v = vpmm_host_i_view(d);
+    host_drv_t *h = v->node;
     host_uobj_t *o = uobj_get(h, obj);
     if (!o || o->caller_refs == 0)
-        return vpmm_host_i_fail_invalid(h, VPMM_DRV_USER_OBJECT_RELEASE);
+        return vpmm_host_i_fail_invalid(v, VPMM_DRV_USER_OBJECT_RELEASE);
     o->caller_refs--;
     uobj_unref(h, o);
     run_destructors(h);
@@ -216,21 +220,19 @@ void vpmm_host_i_graph_progress(host_drv_t *h)
 
 /* ---- test controls ------------------------------------------------------------------------ */
 
-vpmm_dres_t vpmm_host_graph_instantiate(vpmm_driver_t *d, vpmm_graph_t g, vpmm_host_exec_t *out)
+static vpmm_dres_t graph_instantiate(host_view_t *v, vpmm_graph_t g, vpmm_host_exec_t *out)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h)
-        return VPMM_DRV_INVALID;
+    host_drv_t *h = v->node;
     const host_graph_t *gr = graph_get(h, g);
     if (!gr || !out)
-        return vpmm_host_i_fail_call(h, call_instantiate, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+        return vpmm_host_i_fail_call(v, call_instantiate, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
     host_exec_t *x = calloc(1, sizeof *x);
     host_uobj_t **refs = gr->n_refs ? malloc(gr->n_refs * sizeof *refs) : NULL;
     uint64_t id = x && (refs || !gr->n_refs) ? vpmm_host_i_slot_put(&h->execs, x) : 0;
     if (id == 0) {
         free(x);
         free(refs);
-        return vpmm_host_i_fail_call(h, call_instantiate, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail_call(v, call_instantiate, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     }
     if (gr->n_refs)
         memcpy(refs, gr->refs, gr->n_refs * sizeof *refs);
@@ -248,24 +250,22 @@ vpmm_dres_t vpmm_host_graph_instantiate(vpmm_driver_t *d, vpmm_graph_t g, vpmm_h
     return VPMM_DRV_OK;
 }
 
-vpmm_dres_t vpmm_host_graph_launch(vpmm_driver_t *d, vpmm_host_exec_t e, vpmm_stream_t s)
+static vpmm_dres_t graph_launch(host_view_t *v, vpmm_host_exec_t e, vpmm_stream_t s)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h)
-        return VPMM_DRV_INVALID;
+    host_drv_t *h = v->node;
     host_exec_t *x = exec_get(h, e);
     if (!x)
-        return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
-    host_stream_t *st = vpmm_host_i_stream_get(h, s);
+        return vpmm_host_i_fail_call(v, call_launch, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+    host_stream_t *st = vpmm_host_i_stream_get(v, s);
     if (!st || RESERVE(x->launches, x->launches_cap, x->n_launches + 1))
-        return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail_call(v, call_launch, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     if (st->capture)
-        return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_NOT_SUPPORTED, CODE_NOT_SUPPORTED);
+        return vpmm_host_i_fail_call(v, call_launch, VPMM_DRV_NOT_SUPPORTED, CODE_NOT_SUPPORTED);
     /* A launch is work like any other: the legacy stream's implicit synchronisation applies. */
     if (vpmm_host_i_sync_refused(h, st))
-        return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_ERROR, CODE_CAPTURE_IMPLICIT);
+        return vpmm_host_i_fail_call(v, call_launch, VPMM_DRV_ERROR, CODE_CAPTURE_IMPLICIT);
     if (RESERVE(st->bar, st->bar_cap, st->bar_len + vpmm_host_i_sync_room(h, st)))
-        return vpmm_host_i_fail_call(h, call_launch, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
+        return vpmm_host_i_fail_call(v, call_launch, VPMM_DRV_ERROR, CODE_OUT_OF_MEMORY);
     vpmm_host_i_sync_apply(h, st);
     host_launch_t *l = NULL;
     for (size_t i = 0; i < x->n_launches && !l; i++)
@@ -279,29 +279,25 @@ vpmm_dres_t vpmm_host_graph_launch(vpmm_driver_t *d, vpmm_host_exec_t e, vpmm_st
     return VPMM_DRV_OK;
 }
 
-vpmm_dres_t vpmm_host_graph_destroy(vpmm_driver_t *d, vpmm_graph_t g)
+static vpmm_dres_t graph_destroy(host_view_t *v, vpmm_graph_t g)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h)
-        return VPMM_DRV_INVALID;
+    host_drv_t *h = v->node;
     host_graph_t *gr = graph_get(h, g);
     if (!gr)
-        return vpmm_host_i_fail_call(h, call_graph_destroy, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+        return vpmm_host_i_fail_call(v, call_graph_destroy, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
     if (gr->capture) /* its capture owns it until end_capture */
-        return vpmm_host_i_fail_call(h, call_graph_destroy, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
+        return vpmm_host_i_fail_call(v, call_graph_destroy, VPMM_DRV_ERROR, CODE_ILLEGAL_STATE);
     vpmm_host_i_graph_free(h, gr);
     run_destructors(h);
     return VPMM_DRV_OK;
 }
 
-vpmm_dres_t vpmm_host_exec_destroy(vpmm_driver_t *d, vpmm_host_exec_t e)
+static vpmm_dres_t exec_destroy(host_view_t *v, vpmm_host_exec_t e)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    if (!h)
-        return VPMM_DRV_INVALID;
+    host_drv_t *h = v->node;
     host_exec_t *x = exec_get(h, e);
     if (!x)
-        return vpmm_host_i_fail_call(h, call_exec_destroy, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
+        return vpmm_host_i_fail_call(v, call_exec_destroy, VPMM_DRV_INVALID, CODE_INVALID_VALUE);
     vpmm_host_i_slot_drop(&h->execs, x->id);
     x->id = 0;
     if (exec_pending(x)) {
@@ -313,16 +309,55 @@ vpmm_dres_t vpmm_host_exec_destroy(vpmm_driver_t *d, vpmm_host_exec_t e)
     return VPMM_DRV_OK;
 }
 
+/* The public controls: each under the node's lock (the graph_destroy entry of the table is the
+ * control itself, driver_host.c). */
+
+vpmm_dres_t vpmm_host_graph_instantiate(vpmm_driver_t *d, vpmm_graph_t g, vpmm_host_exec_t *out)
+{
+    host_view_t *v = vpmm_host_i_lock_view(d);
+    vpmm_dres_t res = v ? graph_instantiate(v, g, out) : VPMM_DRV_INVALID;
+    vpmm_host_i_unlock_view(v);
+    return res;
+}
+
+vpmm_dres_t vpmm_host_graph_launch(vpmm_driver_t *d, vpmm_host_exec_t e, vpmm_stream_t s)
+{
+    host_view_t *v = vpmm_host_i_lock_view(d);
+    vpmm_dres_t res = v ? graph_launch(v, e, s) : VPMM_DRV_INVALID;
+    vpmm_host_i_unlock_view(v);
+    return res;
+}
+
+vpmm_dres_t vpmm_host_graph_destroy(vpmm_driver_t *d, vpmm_graph_t g)
+{
+    host_view_t *v = vpmm_host_i_lock_view(d);
+    vpmm_dres_t res = v ? graph_destroy(v, g) : VPMM_DRV_INVALID;
+    vpmm_host_i_unlock_view(v);
+    return res;
+}
+
+vpmm_dres_t vpmm_host_exec_destroy(vpmm_driver_t *d, vpmm_host_exec_t e)
+{
+    host_view_t *v = vpmm_host_i_lock_view(d);
+    vpmm_dres_t res = v ? exec_destroy(v, e) : VPMM_DRV_INVALID;
+    vpmm_host_i_unlock_view(v);
+    return res;
+}
+
 size_t vpmm_host_user_objects(vpmm_driver_t *d)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    return h ? h->counts.user_objects : 0;
+    host_view_t *v = vpmm_host_i_lock_view(d);
+    size_t n = v ? v->node->counts.user_objects : 0;
+    vpmm_host_i_unlock_view(v);
+    return n;
 }
 
 size_t vpmm_host_graphs(vpmm_driver_t *d)
 {
-    host_drv_t *h = vpmm_host_i_as_host(d);
-    return h ? h->counts.graphs : 0;
+    host_view_t *v = vpmm_host_i_lock_view(d);
+    size_t n = v ? v->node->counts.graphs : 0;
+    vpmm_host_i_unlock_view(v);
+    return n;
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
