@@ -52,7 +52,7 @@ void expect_empty(vpmm_driver_t *d)
     assert_int_equal(c.events, 0);
     assert_int_equal(c.graphs, 0);
     assert_int_equal(c.user_objects, 0);
-    assert_int_equal(c.touched_bytes, 0);
+    assert_true(c.touched_bytes <= c.retired_bytes); /* exported bytes stay for importers */
     assert_int_equal(vpmm_host_graphs(d), 0);
     assert_int_equal(vpmm_host_user_objects(d), 0);
 }

@@ -47,7 +47,10 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
         vpmm_host_options_t ho = { .granularity = params->granularity,
                                    .memory_limit = params->memory_limit,
                                    .per_thread_default_stream = params->per_thread_default,
-                                   .va_limit = params->va_limit };
+                                   .va_limit = params->va_limit,
+                                   .devices = params->devices,
+                                   .isolated = params->isolated,
+                                   .not_exportable = params->not_exportable };
         vpmm_driver_t *host;
         assert_int_equal(vpmm_host_open(&ho, &host), VPMM_DRV_OK);
         assert_int_equal(vpmm_fault_wrap(host, &fault), VPMM_DRV_OK);
@@ -55,8 +58,12 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     t->fault = fault;
     t->host = vpmm_fault_inner(fault);
     st = vpmm_a_pool_create_on(&opt, fault, 0, &t->pool);
-    if (st == VPMM_SUCCESS)
+    if (st == VPMM_SUCCESS) {
         CHECK_POOL(t->pool);
+        t->node_pools = malloc(sizeof *t->node_pools);
+        assert_non_null(t->node_pools);
+        *t->node_pools = 1;
+    }
     return st;
 }
 
@@ -67,7 +74,25 @@ void tpool_open(tpool_t *t, const tpool_params_t *params)
         fail_msg("pool creation failed: %s (%s)", vpmm_status_name(st), vpmm_last_error());
 }
 
-void assert_no_driver_leaks(vpmm_driver_t *fault)
+void tpool_open_sibling(tpool_t *t, const tpool_t *sibling, int device,
+                        const tpool_params_t *params)
+{
+    tpool_params_t d = { 0 };
+    vpmm_driver_t *view, *fault;
+    vpmm_status_t st;
+    assert_int_equal(vpmm_host_open_device(sibling->host, device, &view), VPMM_DRV_OK);
+    assert_int_equal(vpmm_fault_wrap(view, &fault), VPMM_DRV_OK);
+    st = tpool_try_open(t, params ? params : &d, fault);
+    if (st != VPMM_SUCCESS)
+        fail_msg("pool creation failed: %s (%s)", vpmm_status_name(st), vpmm_last_error());
+    free(t->node_pools);
+    t->node_pools = sibling->node_pools;
+    (*t->node_pools)++;
+}
+
+/* What the fault decorator says the pool held; the node's own counts when no other pool uses
+ * the node. */
+static void assert_released(vpmm_driver_t *fault, int node_empty)
 {
     vpmm_fault_live_t live;
     vpmm_host_counts_t hc;
@@ -76,21 +101,36 @@ void assert_no_driver_leaks(vpmm_driver_t *fault)
     assert_int_equal(live.mappings, 0);
     assert_int_equal(live.reservations, 0);
     assert_int_equal(live.events, 0);
+    if (!node_empty)
+        return;
     vpmm_host_counts(vpmm_fault_inner(fault), &hc);
     assert_int_equal(hc.handles, 0);
+    assert_int_equal(hc.imported, 0);
     assert_int_equal(hc.mappings, 0);
     assert_int_equal(hc.reservations, 0);
     assert_int_equal(hc.events, 0);
 }
 
+void assert_no_driver_leaks(vpmm_driver_t *fault)
+{
+    assert_released(fault, 1);
+}
+
 void tpool_close(tpool_t *t)
 {
+    int last = 1;
     if (t->pool != NULL) {
         CHECK_POOL(t->pool);
         assert_int_equal(vpmm_pool_destroy(t->pool), VPMM_SUCCESS);
         t->pool = NULL;
     }
-    assert_no_driver_leaks(t->fault);
+    if (t->node_pools != NULL) {
+        last = --*t->node_pools == 0;
+        if (last)
+            free(t->node_pools);
+        t->node_pools = NULL;
+    }
+    assert_released(t->fault, last);
     t->fault->close(t->fault);
     t->fault = t->host = NULL;
 }
@@ -196,9 +236,9 @@ void assert_driver_matches_pool(const tpool_t *t)
         for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
             events += (size_t)(s->recorded - s->completed);
     vpmm_fault_live(t->fault, &live);
-    assert_int_equal(live.handles, p->phys_count + p->nunreleased);
-    assert_int_equal(live.mappings, p->phys_count + zombie_maps);
-    assert_int_equal(live.reservations, p->chunk_count);
+    assert_int_equal(live.handles, p->phys_count + p->nunreleased + p->import_handles);
+    assert_int_equal(live.mappings, p->phys_count + zombie_maps + p->import_handles);
+    assert_int_equal(live.reservations, p->chunk_count + p->nimports);
     assert_int_equal(live.events, events);
 }
 

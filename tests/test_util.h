@@ -32,7 +32,10 @@
 typedef struct tpool {
     vpmm_pool_t *pool;
     vpmm_driver_t *fault; /* the pool's driver: counts calls, injects failures */
-    vpmm_driver_t *host;  /* the host backend underneath: streams, capture, memory */
+    vpmm_driver_t *host;  /* the host backend underneath (a view of its node): streams, capture,
+                             memory */
+    int *node_pools;      /* pools open on the node (tpool_open_sibling shares it): the node's
+                             counts are checked empty when the last one closes */
 } tpool_t;
 
 typedef struct tpool_params {
@@ -51,15 +54,23 @@ typedef struct tpool_params {
     size_t handle_pages;    /* VPMM_HANDLE_PAGES: 0 = the default (1) */
     size_t small_bytes;     /* VPMM_SMALL_BYTES: 0 = the default (an 8th of a page), 1 = no size
                                classes (tests whose layouts mix small and large blocks in a page) */
+    int devices;            /* devices of the host node: 0 = 1 */
+    uint64_t isolated;      /* the node's devices that reach no other (driver_host.h) */
+    int not_exportable;     /* the pool's handles cannot be exported (config.ipc = 0) */
 } tpool_params_t;
 
 /* Opens a test pool; fails the test on error. */
 void tpool_open(tpool_t *t, const tpool_params_t *params);
+/* Opens a test pool on device `device` of sibling's host node (a view of it: its streams, memory
+ * and limits are the node's); params' host options are the sibling's. */
+void tpool_open_sibling(tpool_t *t, const tpool_t *sibling, int device,
+                        const tpool_params_t *params);
 /* Like tpool_open but returns the creation status (fault-injection tests of creation). */
 vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driver_t *fault);
 /* Destroys the pool and asserts that nothing is leaked; then closes the drivers. */
 void tpool_close(tpool_t *t);
-/* Asserts the fault decorator's live counts are zero (after the pool is gone). */
+/* Asserts the fault decorator's live counts are zero (after the pool is gone), and its host
+ * node's. */
 void assert_no_driver_leaks(vpmm_driver_t *fault);
 
 #define CHECK_POOL(pool) assert_int_equal(vpmm_pool_check((pool), stderr), 0)

@@ -376,6 +376,7 @@ vpmm_status_t vpmm_i_import_open(vpmm_pool_t *p, const void *handle, size_t len,
         p->imports = m;
         p->nimports++;
         p->imported_bytes += m->size;
+        p->import_handles += m->nphys;
     }
     *out_ptr = (void *)(m->va + u->offset);
     goto out;
@@ -432,6 +433,7 @@ vpmm_status_t vpmm_i_import_close(vpmm_pool_t *p, void *ptr)
         *link = m->next;
         p->nimports--;
         p->imported_bytes -= m->size;
+        p->import_handles -= m->nphys;
         import_free(m);
         return st;
     }
@@ -488,6 +490,7 @@ vpmm_status_t vpmm_i_import_fini(vpmm_pool_t *p)
         p->imports = m->next;
         p->nimports--;
         p->imported_bytes -= m->size;
+        p->import_handles -= m->nphys;
         import_free(m);
     }
     return first;

@@ -299,6 +299,7 @@ struct vpmm_pool {
     uint64_t ipc_exports;   /* vpmm_ipc_export calls that succeeded */
     vpmm_import_t *imports; /* other processes' memory mapped here */
     size_t nimports, imported_bytes;
+    size_t import_handles; /* their handles (each mapped once), for the driver-state tests */
     vpmm_segment_hook_t segment_hook; /* vpmm_pool_set_segment_hook (segment.c), or NULL */
     void *segment_user;
     int drv_code; /* last failed driver call */

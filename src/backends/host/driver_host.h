@@ -292,6 +292,8 @@ typedef struct vpmm_host_counts {
     size_t imported, imported_bytes; /* live imported handles (mem_import; the same rule), which
                                         are not in handles/handle_bytes: they are the exporter's
                                         memory and count against no device's limit */
+    size_t retired, retired_bytes;   /* dead own handles that were exported: their bytes stay (an
+                                        importer elsewhere may map them) until the node goes */
     size_t mappings, mapped_bytes;   /* live mappings */
     size_t reservations, reserved_bytes;
     size_t events;

@@ -105,6 +105,8 @@ typedef struct host_handle {
     int fd;                          /* -1: own (the node's memfd); else imported, its own fd */
     int exportable;                  /* mem_export may export it */
     size_t pins;                     /* own: imported handles whose origin it is */
+    int exported;                    /* own: mem_export gave a descriptor of it away: once dead
+                                        its extent is retired, never reused (see retired) */
     struct host_handle *origin;      /* imported: the own handle of this node it aliases */
 } host_handle_t;
 
@@ -252,7 +254,8 @@ typedef struct host_view {
 
 /*
  * One node of ndev devices. Invariants (vpmm_host_check in driver_host.c verifies each):
- *  I1  the free extents and the extents of all own handle records tile [0, file_size) exactly;
+ *  I1  the free extents, the extents of all own handle records and the retired ones tile
+ *      [0, file_size) exactly;
  *      extents are sorted, non-empty, never adjacent (coalesced), none ends at file_size (the
  *      tail is truncated away), all offsets and sizes are multiples of gran.
  *  I2  own records (fd = -1): counts.handles = |them| = Σ_k devs[k].handles, counts.handle_bytes
@@ -261,8 +264,8 @@ typedef struct host_view {
  *      counts.imported_bytes = Σ size; every record's dev < ndev; a record with id ≠ 0 is the one
  *      slot_get(handles, id) returns; id = 0 ⇒ nmaps > 0 or pins > 0; an own record's pins =
  *      |imported records whose origin it is|, and an origin has the importer's off and size.
- *  I3  n_ext ≤ counts.handles + 1, and ext_cap ≥ counts.handles + 1 once a handle exists, so
- *      freeing an extent never allocates.
+ *  I3  n_ext ≤ counts.handles + counts.retired + 1, and ext_cap ≥ that
+ *      once a handle exists, so freeing an extent never allocates.
  *  I4  mappings are pairwise disjoint, each inside one reservation, offset + size ≤ its handle's
  *      size; Σ handle.nmaps = counts.mappings, Σ mapping.size = counts.mapped_bytes. Access masks
  *      (the mapping's, or each granule's) ⊆ all_devs (bits [0, ndev)); the pages are
@@ -315,6 +318,10 @@ typedef struct host_drv {
 
     slot_table_t handles;
     host_handle_t *handle_list;
+    /* Dead own records whose bytes another node or process may still map (they were exported):
+     * their extents stay as they are, never punched, never reused, until the node goes, as a
+     * CUDA handle's memory lives while any process holds an import of it. */
+    host_handle_t *retired; /* counts.retired of them */
 
     host_map_t *maps; /* treap root */
     uint64_t rng;     /* treap priorities (xorshift64*, deterministic) */

@@ -20,6 +20,11 @@
  *      own handle A (extent of the memfd) <--origin-- imported B (dup fd, same bytes)
  *      release A, unmap A: A stays (id 0, pins 1)   release B: B's fd closed, then A freed
  *
+ *    An own handle that was exported may be mapped by another node or process, which this node
+ *    cannot see: once dead, its record is RETIRED (h->retired) with its extent, which is never
+ *    punched or reused while the node lives — the importer keeps reading the exporter's bytes,
+ *    as a CUDA import keeps the memory alive after the exporter's release.
+ *
  *  - Mapping: mmap(MAP_SHARED|MAP_FIXED) of the handle's bytes over the placeholder, so aliases
  *    (and an import of an exported handle) see the same bytes; a new mapping is PROT_NONE until
  *    set_access (driver_host_access.c); unmap puts a PROT_NONE placeholder back.
@@ -148,11 +153,19 @@ static void handle_free(host_drv_t *h, host_handle_t *hd)
     if (hd->next)
         hd->next->prev = hd->prev;
     if (hd->fd < 0) {
-        extent_free(h, hd->off, hd->size);
         h->counts.handles--;
         h->counts.handle_bytes -= hd->size;
         h->devs[hd->dev].handles--;
         h->devs[hd->dev].handle_bytes -= hd->size;
+        if (hd->exported) { /* another process may map it: retired, not freed (see the head) */
+            hd->prev = NULL;
+            hd->next = h->retired;
+            h->retired = hd;
+            h->counts.retired++;
+            h->counts.retired_bytes += hd->size;
+            return;
+        }
+        extent_free(h, hd->off, hd->size);
     } else {
         host_handle_t *origin = hd->origin;
         close(hd->fd);
@@ -379,7 +392,7 @@ vpmm_dres_t vpmm_host_i_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handl
     if (size > h->limit - dev->handle_bytes) /* the limit is the device's */
         return vpmm_host_i_fail(v, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     /* I3: room for the extent this handle may split off when it is freed. */
-    if (RESERVE(h->ext, h->ext_cap, h->counts.handles + 2))
+    if (RESERVE(h->ext, h->ext_cap, h->counts.handles + h->counts.retired + 2))
         return vpmm_host_i_fail(v, e, VPMM_DRV_OUT_OF_MEMORY, CODE_OUT_OF_MEMORY);
     host_handle_t *hd = calloc(1, sizeof *hd);
     if (!hd)
@@ -504,7 +517,7 @@ vpmm_dres_t vpmm_host_i_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
     const vpmm_drv_entry_t e = VPMM_DRV_MEM_EXPORT;
     if (!v->base.exportable)
         return vpmm_host_i_fail(v, e, VPMM_DRV_NOT_SUPPORTED, CODE_NOT_SUPPORTED);
-    const host_handle_t *hd = vpmm_host_i_slot_get(&h->handles, handle);
+    host_handle_t *hd = vpmm_host_i_slot_get(&h->handles, handle);
     if (!out || !hd)
         return vpmm_host_i_fail_invalid(v, e);
     if (!hd->exportable) /* created through a view that was not exportable */
@@ -512,6 +525,7 @@ vpmm_dres_t vpmm_host_i_mem_export(vpmm_driver_t *d, vpmm_drv_handle_t handle,
     int fd = fcntl(handle_fd(h, hd), F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return vpmm_host_i_fail(v, e, VPMM_DRV_ERROR, vpmm_host_i_errno_code(errno));
+    hd->exported = 1;
     *out = (vpmm_drv_shareable_t){ .fd = fd, .offset = hd->off, .size = hd->size };
     return VPMM_DRV_OK;
 }
@@ -586,6 +600,12 @@ void vpmm_host_i_mem_fini(host_drv_t *h)
         free(h->handle_list);
         h->handle_list = next;
     }
+    while (h->retired) {
+        host_handle_t *next = h->retired->next;
+        free(h->retired);
+        h->retired = next;
+    }
+    h->counts.retired = h->counts.retired_bytes = 0;
     if (h->fd >= 0)
         close(h->fd);
     free(h->ext);
@@ -673,7 +693,8 @@ size_t vpmm_host_i_mem_check(const host_drv_t *h, int verbose)
     /* I2 + I1 tiling: own handle extents and free extents cover [0, file_size) exactly. */
     size_t n_handles = 0, handle_bytes = 0, n_imported = 0, imported_bytes = 0, nmaps = 0;
     size_t dev_handles = 0, dev_bytes = 0;
-    host_extent_t *all = malloc((h->counts.handles + h->n_ext + 1) * sizeof *all);
+    host_extent_t *all =
+        malloc((h->counts.handles + h->counts.retired + h->n_ext + 1) * sizeof *all);
     size_t n_all = 0;
     for (const host_handle_t *hd = h->handle_list; hd; hd = hd->next) {
         nmaps += hd->nmaps;
@@ -703,11 +724,17 @@ size_t vpmm_host_i_mem_check(const host_drv_t *h, int verbose)
     CHECK_THAT(dev_handles == n_handles && dev_bytes == handle_bytes,
                "I2 devices hold %zu handles / %zu bytes, the node %zu / %zu", dev_handles,
                dev_bytes, n_handles, handle_bytes);
-    CHECK_THAT(h->n_ext <= h->counts.handles + 1 &&
-                   (h->counts.handles == 0 || h->ext_cap >= h->counts.handles + 1),
-               "I3 %zu free extents, %zu handles, capacity %zu", h->n_ext, h->counts.handles,
-               h->ext_cap);
+    CHECK_THAT(
+        h->n_ext <= h->counts.handles + h->counts.retired + 1 &&
+            (h->counts.handles == 0 || h->ext_cap >= h->counts.handles + h->counts.retired + 1),
+        "I3 %zu free extents, %zu handles, capacity %zu", h->n_ext, h->counts.handles, h->ext_cap);
     if (all) {
+        size_t n_retired = 0;
+        for (const host_handle_t *hd = h->retired; hd; hd = hd->next, n_retired++)
+            if (n_retired < h->counts.retired)
+                all[n_all++] = (host_extent_t){ hd->off, hd->size };
+        CHECK_THAT(n_retired == h->counts.retired, "I1 %zu retired records, %zu counted", n_retired,
+                   h->counts.retired);
         for (size_t i = 0; i < h->n_ext; i++)
             all[n_all++] = h->ext[i];
         qsort(all, n_all, sizeof *all, cmp_extent);
