@@ -30,7 +30,27 @@
  *
  * Segments of a snapshot are runs of mapped regions (allocations and free memory) of one VA chunk
  * and one pool, cut by holes and zombies; blocks are the regions, so they tile each segment.
+ *
+ * Several devices. PyTorch names a device with each call, but not always the one whose pool holds
+ * the pointer: a tensor is freed while another device is current, recordStream names a stream of
+ * another device. So frees and recordStream go by the pointer (vta_owner asks each pool, the
+ * DataPtr's device first), and each pool works whatever device is current (vpmm's rule). Peer
+ * access is vpmm's to give: memory mapped with cuMemMap is reachable from another device only
+ * through cuMemSetAccess on its own pool (vta_grant_peer), cudaDeviceEnablePeerAccess covers
+ * cudaMalloc memory alone.
+ *
+ * CUDA IPC. A handle is vpmm_ipc_export's bytes, its offset the pointer's from the allocation's
+ * start (torch_adapter.h). vpmm counts one share per export, which one open in the consumer
+ * takes over and its close ends; torch.multiprocessing's consumer opens a handle only when it
+ * does not hold the storage already (its cache), so each device keeps the handles open here
+ * (d->ipc) and vta_ipc_release ends the share of a send that found the storage cached. The order
+ * that makes vta_ipc_release safe without holding d->lock across a blocking call: a close
+ * forgets its open here (under d->lock) *before* vpmm_ipc_close, so an open this table counts is
+ * always open in vpmm too; a release holds d->lock across its vpmm_ipc_open / vpmm_ipc_close
+ * pair, which then neither maps nor waits (the allocation is open, and not for the last time).
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,10 +135,12 @@ int vta_device_init(vta_device_t *d, vpmm_pool_t *pool, int device)
         return -1;
     d->pool = pool;
     d->device = device;
+    d->fraction = 1.0;
     d->stats.max_split_size = -1;
     if (vpmm_get_stats(pool, &s) == VPMM_SUCCESS) {
         d->base_created = s.pages_created;
         d->base_released = s.pages_released;
+        d->page_size = s.page_size;
     }
     return 0;
 }
@@ -128,6 +150,9 @@ void vta_device_fini(vta_device_t *d)
     for (size_t i = 0; i < d->npools; i++)
         if (d->pools[i].gp != NULL)
             (void)vpmm_graph_pool_release(d->pools[i].gp);
+    for (size_t i = 0; i < d->nipc; i++)
+        free(d->ipc[i].bytes); /* still open: the pool's destruction unmaps them */
+    free(d->ipc);
     free(d->pools);
     free(d->ext);
     pthread_mutex_destroy(&d->lock);
@@ -156,7 +181,7 @@ vpmm_status_t vta_malloc(vta_device_t *d, size_t size, vpmm_stream_t stream, vta
     pthread_mutex_lock(&d->lock);
     if (st == VPMM_SUCCESS)
         count_alloc(d, size, +1);
-    else if (st == VPMM_ERROR_OUT_OF_MEMORY)
+    else if (vta_is_oom(st))
         d->stats.num_ooms++;
     pthread_mutex_unlock(&d->lock);
     return st;
@@ -192,16 +217,409 @@ vpmm_status_t vta_record_stream(vta_device_t *d, void *ptr, vpmm_stream_t stream
     return st == VPMM_ERROR_FOREIGN_POINTER ? VPMM_SUCCESS : st; /* another allocator's */
 }
 
-const char *vta_oom_message(vta_device_t *d, size_t size, char *buf, size_t len)
+int vta_is_oom(vpmm_status_t st)
 {
-    char report[1536] = "";
-    size_t n;
-    (void)vpmm_pool_oom_report(d->pool, report, sizeof report);
-    n = (size_t)snprintf(buf, len, "CUDA out of memory. Tried to allocate %zu bytes on device %d. ",
-                         size, d->device);
-    if (n < len)
-        snprintf(buf + n, len - n, "vpmm: %s", report[0] ? report : vpmm_last_error());
+    return st == VPMM_ERROR_OUT_OF_MEMORY || st == VPMM_ERROR_SIZE_TOO_LARGE;
+}
+
+const char *vta_format_size(uint64_t bytes, char *buf, size_t len)
+{
+    if (bytes <= 1024)
+        snprintf(buf, len, "%llu bytes", (unsigned long long)bytes);
+    else if (bytes <= ((uint64_t)1 << 20))
+        snprintf(buf, len, "%.2f KiB", (double)bytes / 1024.0);
+    else if (bytes <= ((uint64_t)1 << 30))
+        snprintf(buf, len, "%.2f MiB", (double)bytes / 1048576.0);
+    else
+        snprintf(buf, len, "%.2f GiB", (double)bytes / 1073741824.0);
     return buf;
+}
+
+/* Appends to buf (len bytes, *n used so far), printf-style; stops at the end of buf. */
+static void put(char *buf, size_t len, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t len, size_t *n, const char *fmt, ...)
+{
+    va_list ap;
+    int w;
+    if (*n >= len)
+        return;
+    va_start(ap, fmt);
+    w = vsnprintf(buf + *n, len - *n, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        *n = *n + (size_t)w < len ? *n + (size_t)w : len;
+}
+
+const char *vta_oom_message(vta_device_t *d, size_t size, vpmm_status_t st, size_t device_total,
+                            size_t device_free, char *buf, size_t len)
+{
+    char why[1536] = "", a[32], b[32];
+    double fraction;
+    size_t n = 0;
+    /* The failing call's own explanation first: the calls below may replace it. */
+    snprintf(why, sizeof why, "%s", vpmm_last_error());
+    if (st == VPMM_ERROR_OUT_OF_MEMORY) {
+        char report[sizeof why] = "";
+        (void)vpmm_pool_oom_report(d->pool, report, sizeof report);
+        if (report[0] != '\0')
+            memcpy(why, report, sizeof why);
+    }
+    pthread_mutex_lock(&d->lock);
+    fraction = d->fraction;
+    pthread_mutex_unlock(&d->lock);
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    put(buf, len, &n, "CUDA out of memory. Tried to allocate %s (%zu bytes) on device %d.",
+        vta_format_size(size, a, sizeof a), size, d->device);
+    if (device_total > 0)
+        put(buf, len, &n, " GPU %d has a total capacity of %s of which %s is free.", d->device,
+            vta_format_size(device_total, a, sizeof a), vta_format_size(device_free, b, sizeof b));
+    if (fraction < 1.0)
+        put(buf, len, &n,
+            " This process may use %.4g of device %d's memory "
+            "(torch.cuda.set_per_process_memory_fraction).",
+            fraction, d->device);
+    if (st == VPMM_ERROR_SIZE_TOO_LARGE)
+        put(buf, len, &n,
+            " vpmm: the request is larger than the address range vpmm reserves at once (%s); "
+            "if the device could hold it, raise VPMM_VA_SIZE.",
+            why);
+    else
+        put(buf, len, &n, " vpmm: %s", why);
+    return buf;
+}
+
+/* ---- several devices ------------------------------------------------------------------------ */
+
+static vta_device_t *table_at(vta_device_t *const *devs, size_t i)
+{
+    return __atomic_load_n(&devs[i], __ATOMIC_ACQUIRE);
+}
+
+static int holds(vta_device_t *d, const void *ptr, vpmm_region_info_t *info)
+{
+    return d != NULL && d->pool != NULL && vpmm_pointer_info(d->pool, ptr, info) == VPMM_SUCCESS;
+}
+
+int vta_owner(vta_device_t *const *devs, size_t n, const void *ptr, int hint,
+              vpmm_region_info_t *info)
+{
+    vpmm_region_info_t tmp;
+    if (info == NULL)
+        info = &tmp;
+    if (devs == NULL || ptr == NULL)
+        return -1;
+    if (hint >= 0 && (size_t)hint < n && holds(table_at(devs, (size_t)hint), ptr, info))
+        return hint;
+    for (size_t i = 0; i < n; i++)
+        if ((int)i != hint && holds(table_at(devs, i), ptr, info))
+            return (int)i;
+    return -1;
+}
+
+vpmm_status_t vta_free_any(vta_device_t *const *devs, size_t n, void *ptr, int *owner,
+                           vpmm_region_info_t *info)
+{
+    vpmm_region_info_t tmp;
+    int o;
+    if (info == NULL)
+        info = &tmp;
+    if (owner != NULL)
+        *owner = -1;
+    if (ptr == NULL)
+        return VPMM_SUCCESS;
+    o = vta_owner(devs, n, ptr, -1, info);
+    if (owner != NULL)
+        *owner = o;
+    return o < 0 ? VPMM_ERROR_FOREIGN_POINTER
+                 : vta_free_known(table_at(devs, (size_t)o), ptr, info);
+}
+
+vpmm_status_t vta_record_stream_any(vta_device_t *const *devs, size_t n, void *ptr, int hint,
+                                    vpmm_stream_t stream, int *owner)
+{
+    vpmm_region_info_t info;
+    int o = vta_owner(devs, n, ptr, hint, &info);
+    if (owner != NULL)
+        *owner = o;
+    if (o < 0)
+        return VPMM_SUCCESS; /* another allocator's: nothing to order (as the native allocator) */
+    return vpmm_record_stream(table_at(devs, (size_t)o)->pool, ptr, stream);
+}
+
+vpmm_status_t vta_grant_peer(vta_device_t *d, int peer)
+{
+    int own = -1;
+    vpmm_status_t st = vpmm_pool_device(d->pool, &own);
+    if (st == VPMM_SUCCESS)
+        st = vpmm_pool_grant_access(d->pool, peer);
+    if (st == VPMM_SUCCESS && peer != own && peer >= 0 && peer < 64) {
+        pthread_mutex_lock(&d->lock);
+        d->peers |= (uint64_t)1 << peer;
+        pthread_mutex_unlock(&d->lock);
+    }
+    return st;
+}
+
+vpmm_status_t vta_set_memory_fraction(vta_device_t *d, double fraction, size_t device_total)
+{
+    size_t cap = 0;
+    vpmm_status_t st;
+    if (!(fraction >= 0.0 && fraction <= 1.0) || (fraction < 1.0 && device_total == 0))
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    if (fraction < 1.0) {
+        cap = (size_t)(fraction * (double)device_total);
+        if (cap < d->page_size)
+            cap = d->page_size; /* vpmm's cap 0 means none: the smallest cap is one page */
+    }
+    st = vpmm_set_max_bytes(d->pool, cap);
+    if (st == VPMM_SUCCESS) {
+        pthread_mutex_lock(&d->lock);
+        d->fraction = fraction;
+        pthread_mutex_unlock(&d->lock);
+    }
+    return st;
+}
+
+double vta_memory_fraction(vta_device_t *d)
+{
+    double f;
+    pthread_mutex_lock(&d->lock);
+    f = d->fraction;
+    pthread_mutex_unlock(&d->lock);
+    return f;
+}
+
+/* ---- CUDA IPC ------------------------------------------------------------------------------- */
+
+#define VPMM_WIRE_MAGIC     "vpmmIPC1" /* the first bytes vpmm_ipc_export writes */
+#define NATIVE_VERSION      2          /* PyTorch's SHAREABLE_HANDLE_VERSION */
+#define CUDA_IPC_HANDLE_LEN 64         /* sizeof(cudaIpcMemHandle_t) */
+
+vta_ipc_kind_t vta_ipc_kind(const void *bytes, size_t len)
+{
+    const unsigned char *b = bytes;
+    if (b == NULL)
+        return VTA_IPC_UNKNOWN;
+    if (len >= 8 && memcmp(b, VPMM_WIRE_MAGIC, 8) == 0)
+        return VTA_IPC_VPMM;
+    if (len == CUDA_IPC_HANDLE_LEN) /* what PyTorch itself takes for a bare handle */
+        return VTA_IPC_LEGACY;
+    if (len >= 2 && b[0] == NATIVE_VERSION && b[1] == 'c')
+        return VTA_IPC_NATIVE_CUDA_MALLOC;
+    if (len >= 2 && b[0] == NATIVE_VERSION && b[1] == 'e')
+        return VTA_IPC_NATIVE_EXPANDABLE;
+    return VTA_IPC_UNKNOWN;
+}
+
+const char *vta_ipc_refusal(const void *bytes, size_t len, char *buf, size_t cap)
+{
+    static const char enable[] =
+        "vpmm opens only handles of vpmm memory: enable vpmm in the producing process too "
+        "(vpmm.torch.enable() before CUDA starts there, or VPMM_TORCH_ENABLE=1 with "
+        "integrations/pytorch/autoenable on PYTHONPATH), or run this process on PyTorch's "
+        "native allocator";
+    const unsigned char *b = bytes;
+    switch (vta_ipc_kind(bytes, len)) {
+    case VTA_IPC_VPMM:
+        snprintf(buf, cap, "a vpmm IPC handle (%zu bytes)", len);
+        break;
+    case VTA_IPC_NATIVE_CUDA_MALLOC:
+        snprintf(buf, cap,
+                 "this CUDA IPC handle was made by PyTorch's native CUDA allocator, not by vpmm "
+                 "(format version 2, type 'c': the cudaIpcMemHandle_t of a cudaMalloc segment, "
+                 "%zu bytes); %s",
+                 len, enable);
+        break;
+    case VTA_IPC_NATIVE_EXPANDABLE:
+        snprintf(buf, cap,
+                 "this CUDA IPC handle was made by PyTorch's native CUDA allocator with "
+                 "expandable_segments:True, not by vpmm (format version 2, type 'e': an "
+                 "expandable segment's memory handles, %zu bytes); %s",
+                 len, enable);
+        break;
+    case VTA_IPC_LEGACY:
+        snprintf(buf, cap,
+                 "this CUDA IPC handle is a bare 64-byte cudaIpcMemHandle_t (PyTorch before 2.5, "
+                 "or cudaIpcGetMemHandle of cudaMalloc memory), not vpmm's; %s",
+                 enable);
+        break;
+    default:
+        snprintf(buf, cap,
+                 "this CUDA IPC handle (%zu bytes, starting 0x%02x 0x%02x) is neither vpmm's (it "
+                 "starts with \"" VPMM_WIRE_MAGIC "\") nor PyTorch's native allocator's: it "
+                 "cannot be opened",
+                 len, len > 0 && b ? b[0] : 0u, len > 1 && b ? b[1] : 0u);
+        break;
+    }
+    return buf;
+}
+
+vpmm_status_t vta_ipc_export(vta_device_t *d, const void *ptr, unsigned char **out, size_t *len,
+                             size_t *offset)
+{
+    vpmm_region_info_t info;
+    uintptr_t base = (uintptr_t)ptr;
+    unsigned char *buf;
+    size_t cap, n = 0;
+    vpmm_status_t st;
+
+    *out = NULL;
+    *len = 0;
+    *offset = 0;
+    st = vpmm_pointer_info(d->pool, ptr, &info);
+    if (st != VPMM_SUCCESS)
+        return st;
+    if (info.state == VPMM_REGION_ALLOCATED)
+        base = info.addr; /* else vpmm_ipc_export says what ptr is */
+    cap = VPMM_IPC_HANDLE_BYTES(info.size, d->page_size ? d->page_size : VPMM_ALIGNMENT);
+    buf = malloc(cap);
+    if (buf == NULL)
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    st = vpmm_ipc_export(d->pool, (const void *)base, buf, cap, &n);
+    if (st == VPMM_ERROR_INVALID_ARGUMENT && n > cap) { /* a bound too small: once more */
+        unsigned char *more = realloc(buf, n);
+        if (more == NULL) {
+            free(buf);
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        }
+        buf = more;
+        st = vpmm_ipc_export(d->pool, (const void *)base, buf, n, &n);
+    }
+    if (st != VPMM_SUCCESS) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *len = n;
+    *offset = (uintptr_t)ptr - base;
+    return VPMM_SUCCESS;
+}
+
+/* The entry of d->ipc opened through these bytes, or NULL. Under d->lock. */
+static vta_ipc_open_t *ipc_by_bytes(vta_device_t *d, const void *bytes, size_t len)
+{
+    for (size_t i = 0; i < d->nipc; i++)
+        if (d->ipc[i].len == len && memcmp(d->ipc[i].bytes, bytes, len) == 0)
+            return &d->ipc[i];
+    return NULL;
+}
+
+vpmm_status_t vta_ipc_open(vta_device_t *d, const void *handle, size_t len, void **out)
+{
+    unsigned char *copy;
+    vta_ipc_open_t *e;
+    vpmm_status_t st;
+    void *p = NULL;
+
+    *out = NULL;
+    if (vta_ipc_kind(handle, len) != VTA_IPC_VPMM)
+        return VPMM_ERROR_INVALID_ARGUMENT; /* vta_ipc_refusal says what it is */
+    copy = malloc(len);
+    if (copy == NULL)
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    memcpy(copy, handle, len);
+    st = vpmm_ipc_open(d->pool, handle, len, &p); /* may map: not under d->lock */
+    if (st != VPMM_SUCCESS) {
+        free(copy);
+        return st;
+    }
+    pthread_mutex_lock(&d->lock);
+    e = ipc_by_bytes(d, handle, len);
+    if (e == NULL && d->nipc == d->ipc_cap) {
+        size_t cap = d->ipc_cap ? d->ipc_cap * 2 : 8;
+        vta_ipc_open_t *t = realloc(d->ipc, cap * sizeof *t);
+        if (t == NULL) {
+            pthread_mutex_unlock(&d->lock);
+            free(copy);
+            (void)vpmm_ipc_close(d->pool, p);
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        }
+        d->ipc = t;
+        d->ipc_cap = cap;
+    }
+    if (e == NULL) {
+        e = &d->ipc[d->nipc++];
+        *e = (vta_ipc_open_t){ copy, len, p, 0 };
+        copy = NULL;
+    }
+    e->opens++;
+    d->ipc_open_calls++;
+    pthread_mutex_unlock(&d->lock);
+    free(copy);
+    *out = p;
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vta_ipc_close(vta_device_t *d, void *ptr)
+{
+    vpmm_status_t st;
+    /* Forgotten here first (see the head comment): an open this table counts is open in vpmm. */
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < d->nipc; i++) {
+        vta_ipc_open_t *e = &d->ipc[i];
+        if (e->ptr != ptr || e->opens == 0)
+            continue;
+        if (--e->opens == 0) {
+            free(e->bytes);
+            *e = d->ipc[--d->nipc];
+        }
+        break;
+    }
+    pthread_mutex_unlock(&d->lock);
+    st = vpmm_ipc_close(d->pool, ptr); /* the last close waits for the device */
+    if (st == VPMM_SUCCESS) {
+        pthread_mutex_lock(&d->lock);
+        d->ipc_close_calls++;
+        pthread_mutex_unlock(&d->lock);
+    }
+    return st;
+}
+
+vpmm_status_t vta_ipc_release(vta_device_t *d, const void *handle, size_t len, int *released)
+{
+    vta_ipc_open_t *e;
+    vpmm_status_t st = VPMM_SUCCESS;
+    void *p = NULL;
+
+    *released = 0;
+    if (vta_ipc_kind(handle, len) != VTA_IPC_VPMM)
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->lock);
+    e = ipc_by_bytes(d, handle, len);
+    if (e != NULL && e->opens > 0) {
+        /* Open here, and not closed meanwhile (a close needs d->lock first): vpmm's open finds
+         * the mapping and its close is not the last one, so neither maps nor waits. */
+        st = vpmm_ipc_open(d->pool, handle, len, &p);
+        if (st == VPMM_SUCCESS)
+            st = vpmm_ipc_close(d->pool, p); /* ends one share */
+        if (st == VPMM_SUCCESS) {
+            *released = 1;
+            d->ipc_releases++;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+void vta_ipc_counts(vta_device_t *d, uint64_t *open_calls, uint64_t *close_calls,
+                    uint64_t *releases, size_t *open_now)
+{
+    size_t now = 0;
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < d->nipc; i++)
+        now += (size_t)d->ipc[i].opens;
+    if (open_calls != NULL)
+        *open_calls = d->ipc_open_calls;
+    if (close_calls != NULL)
+        *close_calls = d->ipc_close_calls;
+    if (releases != NULL)
+        *releases = d->ipc_releases;
+    if (open_now != NULL)
+        *open_now = now;
+    pthread_mutex_unlock(&d->lock);
 }
 
 /* ---- mempool ids ---------------------------------------------------------------------------- */
