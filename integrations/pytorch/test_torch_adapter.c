@@ -150,7 +150,16 @@ static void test_oom_counted_and_explained(void **state)
     assert_null(p);
     vta_get_stats(&f.d, &st);
     assert_int_equal(st.num_ooms, 1);
+    assert_int_equal(st.num_alloc_retries, 0);
     assert_int_equal(st.allocation[VTA_ALL].current, 0);
+    /* Retried after the free-memory callbacks: a retry, and an OOM again only if it fails. */
+    vta_oom_retried(&f.d);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_ooms, 0);
+    assert_int_equal(st.num_alloc_retries, 1);
+    assert_int_equal(vta_malloc(&f.d, 8 * MiB, NULL, SHARED, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_ooms, 1);
     vta_oom_message(&f.d, 8 * MiB, VPMM_ERROR_OUT_OF_MEMORY, 0, 0, msg, sizeof msg);
     assert_non_null(strstr(
         msg, "CUDA out of memory. Tried to allocate 8.00 MiB (8388608 bytes) on device 0. vpmm: "));

@@ -15,7 +15,9 @@
  *   inactive_split, inactive_split_bytes           vpmm's free regions and free bytes, at the call
  *   num_ooms                                       out-of-memory failures of vta_malloc
  *   num_device_alloc / num_device_free             handles created / released
- *   num_alloc_retries, num_sync_all_streams        0: vpmm never retries a malloc nor synchronises
+ *   num_alloc_retries                              out-of-memory failures retried after PyTorch's
+ *                                                  free-memory callbacks freed something
+ *   num_sync_all_streams                           0: vpmm never synchronises all streams
  *   max_split_size                                 -1 (PyTorch's "unset"); oversize_*: 0
  * A MemPool with its own allocator (vta_pool_incref_external): its allocations come from that
  * allocator (the C++ layer calls it), never from vpmm; each counts as an allocation and as a
@@ -215,6 +217,15 @@ vpmm_status_t vta_record_stream(vta_device_t *d, void *ptr, vpmm_stream_t stream
 {
     vpmm_status_t st = vpmm_record_stream(d->pool, ptr, stream);
     return st == VPMM_ERROR_FOREIGN_POINTER ? VPMM_SUCCESS : st; /* another allocator's */
+}
+
+void vta_oom_retried(vta_device_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    if (d->stats.num_ooms > 0)
+        d->stats.num_ooms--;
+    d->stats.num_alloc_retries++;
+    pthread_mutex_unlock(&d->lock);
 }
 
 int vta_is_oom(vpmm_status_t st)

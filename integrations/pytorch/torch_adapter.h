@@ -129,6 +129,10 @@ vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_
 /* recordStream: ptr is also used on stream (vpmm_record_stream). A pointer vpmm does not know
  * (another allocator's) is ignored, as the native allocator ignores foreign DataPtrs. */
 vpmm_status_t vta_record_stream(vta_device_t *d, void *ptr, vpmm_stream_t stream);
+/* The out-of-memory vta_malloc just counted is being retried after freeing memory (PyTorch's
+ * free-memory callbacks, e.g. torch.multiprocessing's IPC collection): counted as a retry
+ * (num_alloc_retries) instead; the retry counts again if it fails. */
+void vta_oom_retried(vta_device_t *d);
 /* Whether an allocation's failure is about size, which PyTorch raises as OutOfMemoryError:
  * the device (or the cap) had no room (VPMM_ERROR_OUT_OF_MEMORY), or the request is larger than
  * the address range vpmm reserves at once (VPMM_ERROR_SIZE_TOO_LARGE). */
