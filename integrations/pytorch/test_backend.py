@@ -537,7 +537,7 @@ def child_main(task, inq, outq):
         if task == "write":  # write the parent's tensor; send one back; wait until told
             x = inq.get()
             x.fill_(7)
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(x.device)  # x may be on another device than the current one
             outq.put(("written", x.device.index))
             dev = x.device.index
             during = vtc.stats(dev)
