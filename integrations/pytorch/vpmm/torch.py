@@ -73,6 +73,9 @@ def _load(library):
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
+        if not hasattr(lib, "vpmm_torch_backend_ipc_release"):
+            tried.append("%s (an older build of the backend than this package: rebuild it)" % path)
+            continue
         lib.vpmm_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.vpmm_torch_backend_install.restype = ctypes.c_int
         lib.vpmm_torch_backend_trim.argtypes = [ctypes.c_int, ctypes.c_size_t]
