@@ -74,6 +74,22 @@ size_t vpmm_stats_json(const vpmm_stats_t *s, int device, const char *backend, c
     JU(worker_cpu_ns);
     JZ(small_bytes);
     JU(class_fallbacks);
+    /* Several devices and processes: the pool's own device, the devices given access to it (the
+     * mask as vpmm keeps it, and as a list), CUDA IPC. */
+    jput(&j, ",\"pool_device\":%d", s->device);
+    JU(peers);
+    jput(&j, ",\"peer_devices\":[");
+    for (int k = 0, first = 1; k < 64; k++)
+        if ((s->peers >> k) & 1) {
+            jput(&j, first ? "%d" : ",%d", k);
+            first = 0;
+        }
+    jput(&j, "]");
+    JU(peer_grants);
+    JU(ipc_shared);
+    JU(ipc_exports);
+    JU(ipc_imports);
+    JZ(ipc_imported_bytes);
 #undef JZ
 #undef JU
     if (extra != NULL && extra[0] != '\0')

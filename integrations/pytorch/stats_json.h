@@ -17,6 +17,7 @@ extern "C" {
 
 /*
  * Writes {"device":N,"backend":"...",<every vpmm_stats_t field>[,extra]} into buf (cap bytes,
+ * vpmm_stats_t's own device as "pool_device", and its peers mask also as "peer_devices":[k,...],
  * always NUL-terminated when cap > 0; buf may be NULL with cap 0). extra (NULL or "") is more
  * members, written verbatim before the closing brace, e.g. "\"alloc_failures\":0". Returns the
  * length the whole text needs, without the NUL, as snprintf does: a result >= cap means it was

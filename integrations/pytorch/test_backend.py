@@ -11,20 +11,36 @@ pool through pool=, graph_pool_handle(), a MemPool with its own allocator (its m
 allocator, counted in the statistics and its snapshot), and torch.compile(mode="reduce-overhead")
 — CUDA graph trees with several branches — equal to eager. vpmm's invariants are checked after every test.
 
+A request larger than vpmm's address range (torch.empty(1 << 46)) is torch.OutOfMemoryError with
+the observers called. With two GPUs or more (MultiGPU; skipped with fewer): .to("cuda:1") of
+contiguous and non-contiguous tensors and back, a copy kernel of one device writing the other's
+memory, memory mapped after the peer grant, record_stream with a stream of the other device, a
+free while the other device is current, statistics, snapshots, empty_cache, memory fraction and
+OutOfMemoryError per device. CUDA IPC (IPC; children started with spawn, vpmm enabled in them
+through autoenable/sitecustomize.py): a tensor written by a child and seen by the parent, and
+one sent back; the same tensor sent twice; the producer dropping its tensor first and the
+consumer first, the memory back in use once both are done (no share left); 1,200 sends with no
+descriptor growth in either process; handles of PyTorch's own allocator, of an exited process
+and of a pool with VPMM_IPC=0 refused with their reasons; a cuda:1 tensor shared (two GPUs).
+
 Needs PyTorch, a CUDA device and libvpmm_torch_backend.so (VPMM_TORCH_BACKEND or the build
 tree); without them every test reports itself skipped. Run:
 
     PYTHONPATH=integrations/pytorch python3 integrations/pytorch/test_backend.py -v
 """
 import ctypes
+import gc
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
 try:
     import torch
@@ -84,6 +100,23 @@ def build_ext_allocator(tmp):
         f.write(EXT_ALLOCATOR_C)
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", lib, src, "-ldl"], check=True)
     return lib
+
+
+def child_env():
+    """The environment of a child process with vpmm enabled as it starts (autoenable/)."""
+    env = dict(os.environ)
+    env["VPMM_TORCH_ENABLE"] = "1"
+    path = [os.path.join(HERE, "autoenable"), HERE]
+    if env.get("PYTHONPATH"):
+        path.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    if os.environ.get("VPMM_TORCH_BACKEND") is None and vt.library_path():
+        env["VPMM_TORCH_BACKEND"] = vt.library_path()
+    return env
+
+
+def fd_count():
+    return len(os.listdir("/proc/self/fd"))
 
 
 @unittest.skipUnless(HAVE_GPU, SKIP_WHY)
@@ -308,6 +341,450 @@ class Backend(unittest.TestCase):
                 opt.zero_grad(set_to_none=True)
         self.assertGreaterEqual(vt.stats()["graph_pools"], 1)
         torch._dynamo.reset()
+
+
+@unittest.skipUnless(HAVE_GPU, SKIP_WHY)
+class OutOfMemory(unittest.TestCase):
+    def tearDown(self):
+        torch.cuda.synchronize()
+        self.assertEqual(vt.check(), 0, "vpmm invariants violated")
+
+    def test_larger_than_the_address_range(self):
+        # 256 TiB: more than vpmm reserves at once (VPMM_ERROR_SIZE_TOO_LARGE); native: "CUDA out
+        # of memory" too, so programs catch torch.OutOfMemoryError either way
+        seen = []
+        torch._C._cuda_attach_out_of_memory_observer(
+            lambda dev, alloc, total, free: seen.append((dev, alloc)))
+        ooms = torch.cuda.memory_stats()["num_ooms"]
+        with self.assertRaises(torch.OutOfMemoryError) as cm:
+            torch.empty(1 << 46, device="cuda")
+        msg = str(cm.exception)
+        self.assertIn("CUDA out of memory. Tried to allocate 262144.00 GiB", msg)
+        self.assertIn("on device 0. GPU 0 has a total capacity of", msg)
+        self.assertIn("VPMM_VA_SIZE", msg)
+        self.assertIsInstance(cm.exception, torch.cuda.OutOfMemoryError)
+        self.assertEqual(torch.cuda.memory_stats()["num_ooms"], ooms + 1)
+        self.assertEqual(seen[-1], (0, 4 << 46))
+        torch.ones(10, device="cuda").sum().item()  # still usable
+
+
+# ---- several devices -------------------------------------------------------------------------
+
+HAVE_2_GPUS = HAVE_GPU and torch.cuda.device_count() >= 2
+
+
+@unittest.skipUnless(HAVE_2_GPUS, "needs 2 CUDA devices" if HAVE_GPU else SKIP_WHY)
+class MultiGPU(unittest.TestCase):
+    def tearDown(self):
+        for d in (0, 1):
+            torch.cuda.synchronize(d)
+            self.assertEqual(vt.check(d), 0, "vpmm invariants violated on device %d" % d)
+
+    def test_to_the_other_device_and_back(self):
+        torch.manual_seed(0)
+        a = torch.randn(1000, 1000)
+        a0 = a.to("cuda:0")
+        for view, ref in ((a0, a), (a0.t(), a.t()), (a0[:, ::3], a[:, ::3]),
+                          (a0[7:900:2, 5:], a[7:900:2, 5:])):
+            v1 = view.to("cuda:1")
+            self.assertEqual(v1.device, torch.device("cuda:1"))
+            torch.testing.assert_close(v1.cpu(), ref, rtol=0, atol=0)
+            back = v1.to("cuda:0")
+            torch.testing.assert_close(back.cpu(), ref, rtol=0, atol=0)
+        # memory mapped after the grant: device 1's pool grows, the copies still reach it
+        big = [torch.empty(64 << 20, dtype=torch.uint8, device="cuda:1") for _ in range(4)]
+        src = (torch.arange(64 << 20, device="cuda:0", dtype=torch.int64) % 251).to(torch.uint8)
+        for b in big:
+            b.copy_(src)
+        for b in big:
+            self.assertTrue(torch.equal(b.to("cuda:0"), src))
+        del big
+
+    def test_copy_kernel_writes_the_other_device(self):
+        # a non-contiguous copy from cuda:0 to cuda:1 is a kernel on cuda:0 that writes cuda:1's
+        # memory through the peer mapping (p2p), and the other way round
+        torch.manual_seed(1)
+        a0 = torch.randn(1024, 1024, device="cuda:0")
+        b1 = torch.zeros(1024, 1024, device="cuda:1")
+        b1[:, ::2].copy_(a0[:, ::2])
+        got = b1.cpu()
+        torch.testing.assert_close(got[:, ::2], a0.cpu()[:, ::2], rtol=0, atol=0)
+        self.assertEqual(int(got[:, 1::2].count_nonzero()), 0)
+        c0 = torch.zeros(1024, 1024, device="cuda:0")
+        c0.t()[::2].copy_(b1.t()[::2])
+        torch.testing.assert_close(c0.cpu().t()[::2], got.t()[::2], rtol=0, atol=0)
+        if torch.cuda.can_device_access_peer(0, 1):
+            self.assertIn(0, vt.stats(1)["peer_devices"], "device 0 reaches device 1's pool")
+            self.assertIn(1, vt.stats(0)["peer_devices"], "device 1 reaches device 0's pool")
+
+    def test_record_stream_of_the_other_device(self):
+        x = torch.ones(8 << 20, dtype=torch.uint8, device="cuda:0")
+        addr = x.data_ptr()
+        s1 = torch.cuda.Stream(device=1)
+        with torch.cuda.device(1), torch.cuda.stream(s1):
+            torch.cuda._sleep(200_000_000)  # ~0.1 s of work on s1 (device 1)
+        x.record_stream(s1)  # s1 "uses" x: x's memory waits for s1's work
+        del x
+        z = torch.empty(8 << 20, dtype=torch.uint8, device="cuda:0")
+        self.assertNotEqual(z.data_ptr(), addr,
+                            "reused while a stream of device 1 still had work before it")
+        z.fill_(1)
+        s1.synchronize()
+        torch.cuda.synchronize(0)
+        self.assertEqual(int(z.sum().item()), 8 << 20)
+        # once s1 is done the memory is free again: given back at the next empty_cache
+        before = torch.cuda.memory_reserved(0)
+        del z
+        torch.cuda.empty_cache()
+        self.assertLess(torch.cuda.memory_reserved(0), before)
+
+    def test_free_while_the_other_device_is_current(self):
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        base0, base1 = torch.cuda.memory_allocated(0), torch.cuda.memory_allocated(1)
+        x1 = torch.empty(64 << 20, dtype=torch.uint8, device="cuda:1")
+        self.assertEqual(torch.cuda.memory_allocated(1), base1 + (64 << 20))
+        with torch.cuda.device(0):
+            del x1
+        self.assertEqual(torch.cuda.memory_allocated(1), base1)
+        self.assertEqual(torch.cuda.memory_allocated(0), base0)
+        self.assertEqual(torch.cuda.current_device(), 0)
+
+    def test_statistics_per_device(self):
+        for d in (0, 1):
+            torch.cuda.synchronize(d)
+            torch.cuda.reset_peak_memory_stats(d)
+        base = [torch.cuda.memory_allocated(d) for d in (0, 1)]
+        x0 = torch.empty(10 << 20, dtype=torch.uint8, device="cuda:0")
+        x1 = torch.empty(30 << 20, dtype=torch.uint8, device="cuda:1")
+        self.assertEqual(torch.cuda.memory_allocated(0) - base[0], 10 << 20)
+        self.assertEqual(torch.cuda.memory_allocated(1) - base[1], 30 << 20)
+        self.assertEqual(torch.cuda.memory_stats(1)["allocated_bytes.all.current"],
+                         torch.cuda.memory_allocated(1))
+        self.assertGreaterEqual(torch.cuda.max_memory_allocated(1), base[1] + (30 << 20))
+        self.assertGreaterEqual(torch.cuda.memory_reserved(1), 30 << 20)
+        where = {}
+        for seg in torch.cuda.memory._snapshot()["segments"]:
+            at = seg["address"]
+            for b in seg["blocks"]:
+                where[at] = seg["device"]
+                at += b["size"]
+        self.assertEqual(where.get(x0.data_ptr()), 0)
+        self.assertEqual(where.get(x1.data_ptr()), 1)
+        self.assertEqual(vt.stats(1)["pool_device"], 1)
+        reserved = [torch.cuda.memory_reserved(d) for d in (0, 1)]
+        del x0, x1
+        torch.cuda.empty_cache()  # every device's pool
+        self.assertLess(torch.cuda.memory_reserved(0), reserved[0])
+        self.assertLess(torch.cuda.memory_reserved(1), reserved[1])
+
+    def test_memory_fraction_and_oom_per_device(self):
+        total1 = torch.cuda.get_device_properties(1).total_memory
+        total0 = torch.cuda.get_device_properties(0).total_memory
+        seen = []
+        torch._C._cuda_attach_out_of_memory_observer(
+            lambda dev, alloc, allowed, free: seen.append((dev, alloc, allowed)))
+        try:
+            torch.cuda.set_per_process_memory_fraction(0.1, device=1)
+            self.assertAlmostEqual(vt.stats(1)["memory_fraction"], 0.1, places=5)
+            self.assertEqual(vt.stats(0)["memory_fraction"], 1.0)
+            with self.assertRaises(torch.OutOfMemoryError) as cm:
+                torch.empty(int(0.2 * total1), dtype=torch.uint8, device="cuda:1")
+            msg = str(cm.exception)
+            self.assertIn("on device 1. GPU 1 has a total capacity of", msg)
+            self.assertIn("may use 0.1 of device 1's memory", msg)
+            self.assertEqual(seen[-1][0], 1)
+            self.assertLessEqual(seen[-1][2], int(0.1 * total1) + 1)
+            x0 = torch.empty(int(0.2 * total0), dtype=torch.uint8, device="cuda:0")  # not capped
+            del x0
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, device=1)
+        x1 = torch.empty(int(0.2 * total1), dtype=torch.uint8, device="cuda:1")
+        del x1
+        with self.assertRaises(torch.OutOfMemoryError) as cm:
+            torch.empty(1 << 46, device="cuda:1")
+        self.assertIn("on device 1.", str(cm.exception))
+        self.assertEqual(seen[-1][:2], (1, 4 << 46))
+        torch.cuda.empty_cache()
+
+    def test_ipc_of_a_device_1_tensor(self):
+        x = torch.zeros(4096, device="cuda:1")
+        with Child("write") as c:
+            c.send(x)
+            self.assertEqual(c.recv(), ("written", 1))
+            torch.cuda.synchronize(1)
+            self.assertEqual(float(x.sum()), 7.0 * 4096)
+            c.recv()  # the child's statistics
+            y = c.recv()  # the child's own tensor, on its device 0
+            self.assertEqual(float(y.sum()), 5000.0)
+            del y
+            gc.collect()
+            c.send("bye")
+
+
+# ---- CUDA IPC (torch.multiprocessing, spawn) ----------------------------------------------------
+
+
+def child_main(task, inq, outq):
+    """A consumer (and producer) process with vpmm enabled as it started (autoenable)."""
+    try:
+        import torch
+        import vpmm.torch as vtc
+
+        if not vtc.is_enabled() or torch.cuda.get_allocator_backend() != "vpmm":
+            raise RuntimeError("the child does not run vpmm")
+        outq.put(("ready", os.getpid()))
+        if task == "write":  # write the parent's tensor; send one back; wait until told
+            x = inq.get()
+            x.fill_(7)
+            torch.cuda.synchronize(x.device)  # x may be on another device than the current one
+            outq.put(("written", x.device.index))
+            dev = x.device.index
+            during = vtc.stats(dev)
+            del x
+            gc.collect()
+            outq.put(("stats", during, vtc.stats(dev)))
+            y = torch.full((1000,), 5.0, device="cuda:0")
+            outq.put(y)
+            assert inq.get() == "bye"
+            del y
+        elif task == "twice":  # the same tensor twice: the second is PyTorch's cache hit
+            a = inq.get()
+            b = inq.get()
+            same = a.data_ptr() == b.data_ptr()
+            b.add_(1)
+            torch.cuda.synchronize()
+            during = vtc.stats(0)
+            del a, b
+            gc.collect()
+            outq.put(("twice", same, during, vtc.stats(0)))
+        elif task == "hold":  # read, hold until told, then drop (the producer drops first)
+            x = inq.get()
+            outq.put(("sum", float(x.sum())))
+            assert inq.get() == "drop"
+            del x
+            gc.collect()
+            torch.cuda.synchronize()
+            outq.put(("dropped", vtc.stats(0)["ipc_open_now"]))
+        elif task == "read":  # read and drop at once (the consumer drops first)
+            x = inq.get()
+            outq.put(("sum", float(x.sum())))
+            del x
+            gc.collect()
+            outq.put(("dropped", vtc.stats(0)["ipc_open_now"]))
+        elif task == "many":  # receive n tensors one by one; descriptors after 100 and at the end
+            n = inq.get()
+            fds = []
+            for i in range(n):
+                t = inq.get()
+                assert int(t[0].item()) == i % 1000
+                del t
+                if i == 99:
+                    gc.collect()
+                    fds.append(fd_count())
+                outq.put(i)
+            gc.collect()
+            fds.append(fd_count())
+            outq.put(("fds", fds, vtc.stats(0)))
+        elif task == "export_and_exit":  # a handle whose producer is gone once it is read
+            x = torch.ones(1024, device="cuda")
+            outq.put(("handle", x.untyped_storage()._share_cuda_()[1]))
+        outq.put(("end", None))
+    except BaseException:
+        outq.put(("error", traceback.format_exc()))
+
+
+class Child:
+    """A spawned child running child_main(task) with vpmm enabled from its start."""
+
+    TIMEOUT = 300
+
+    def __init__(self, task):
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.inq, self.outq = ctx.Queue(), ctx.Queue()
+        saved = dict(os.environ)
+        os.environ.update(child_env())  # the child inherits the environment at start()
+        try:
+            self.proc = ctx.Process(target=child_main, args=(task, self.inq, self.outq))
+            self.proc.start()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        kind, _ = self.recv()
+        assert kind == "ready", kind
+
+    def send(self, obj):
+        self.inq.put(obj)
+
+    def recv(self):
+        try:
+            item = self.outq.get(timeout=self.TIMEOUT)
+        except queue.Empty:
+            raise AssertionError("the child said nothing for %d s" % self.TIMEOUT)
+        if isinstance(item, tuple) and item and item[0] == "error":
+            raise AssertionError("the child failed:\n" + item[1])
+        return item
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            kind, _ = self.recv()
+            assert kind == "end", kind
+        self.proc.join(self.TIMEOUT)
+        if self.proc.is_alive():
+            self.proc.kill()
+        return False
+
+
+@unittest.skipUnless(HAVE_GPU, SKIP_WHY)
+class IPC(unittest.TestCase):
+    def tearDown(self):
+        torch.cuda.synchronize()
+        self.assertEqual(vt.check(), 0, "vpmm invariants violated")
+
+    def settle(self):
+        """After the children: PyTorch frees what consumers are done with, vpmm's deferred blocks
+        are polled (empty_cache trims), so no share may be left."""
+        gc.collect()
+        torch.cuda.ipc_collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    def test_child_writes_the_parent_sees(self):
+        x = torch.zeros(1 << 20, device="cuda")
+        exports = vt.stats()["ipc_exports"]
+        with Child("write") as c:
+            c.send(x)
+            self.assertEqual(c.recv(), ("written", 0))
+            self.assertEqual(float(x.sum()), 7.0 * (1 << 20))
+            self.assertEqual(vt.stats()["ipc_exports"], exports + 1)
+            _, during, after = c.recv()
+            self.assertEqual(during["ipc_open_now"], 1)
+            self.assertEqual(during["ipc_imports"], 1)
+            self.assertEqual(after["ipc_open_now"], 0)
+            self.assertEqual(after["ipc_imports"], 0)
+            self.assertEqual(after["ipc_close_calls"], after["ipc_open_calls"])
+            y = c.recv()  # the child's tensor, mapped here
+            self.assertEqual(float(y.sum()), 5000.0)
+            self.assertEqual(vt.stats()["ipc_open_now"], 1)
+            del y
+            gc.collect()
+            self.assertEqual(vt.stats()["ipc_open_now"], 0)
+            c.send("bye")
+        del x
+        self.settle()
+        self.assertEqual(vt.stats()["ipc_shared"], 0)
+
+    def test_same_tensor_sent_twice(self):
+        x = torch.zeros(1 << 16, device="cuda")
+        with Child("twice") as c:
+            c.send(x)
+            c.send(x)
+            _, same, during, after = c.recv()
+            self.assertTrue(same, "the second receive is the first's storage (PyTorch's cache)")
+            self.assertEqual(during["ipc_open_calls"], 1)
+            self.assertEqual(during["ipc_releases"], 1, "the second send's share ended at once")
+            self.assertEqual(after["ipc_open_now"], 0)
+        torch.cuda.synchronize()
+        self.assertEqual(float(x.sum()), float(1 << 16))
+        del x
+        self.settle()
+        self.assertEqual(vt.stats()["ipc_shared"], 0, "a share was left: the memory is held")
+
+    def test_producer_drops_first(self):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        x = torch.full((1 << 18,), 2.0, device="cuda")
+        with Child("hold") as c:
+            c.send(x)
+            self.assertEqual(c.recv(), ("sum", 2.0 * (1 << 18)))
+            del x  # PyTorch keeps the block allocated (its limbo) while the child holds it
+            gc.collect()
+            torch.cuda.ipc_collect()
+            self.assertGreater(torch.cuda.memory_allocated(), base)
+            c.send("drop")
+            self.assertEqual(c.recv(), ("dropped", 0))
+        self.settle()
+        self.assertEqual(torch.cuda.memory_allocated(), base)
+        self.assertEqual(vt.stats()["ipc_shared"], 0)
+
+    def test_consumer_drops_first(self):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        x = torch.full((1 << 18,), 3.0, device="cuda")
+        with Child("read") as c:
+            c.send(x)
+            self.assertEqual(c.recv(), ("sum", 3.0 * (1 << 18)))
+            self.assertEqual(c.recv(), ("dropped", 0))
+        del x
+        self.settle()
+        self.assertEqual(torch.cuda.memory_allocated(), base)
+        self.assertEqual(vt.stats()["ipc_shared"], 0)
+
+    def test_many_sends_no_descriptor_growth(self):
+        n = 1200
+        with Child("many") as c:
+            c.send(n)
+            fds = []
+            for i in range(n):
+                t = torch.full((256,), float(i % 1000), device="cuda")
+                c.send(t)
+                del t
+                self.assertEqual(c.recv(), i)
+                if i == 99:
+                    gc.collect()
+                    torch.cuda.ipc_collect()
+                    fds.append(fd_count())
+            gc.collect()
+            torch.cuda.ipc_collect()
+            fds.append(fd_count())
+            _, child_fds, child_stats = c.recv()
+        self.settle()
+        print("\ndescriptors: producer %s, consumer %s" % (fds, child_fds), file=sys.stderr)
+        self.assertLessEqual(fds[1] - fds[0], 4, "the producer's descriptors grew: %s" % fds)
+        self.assertLessEqual(child_fds[1] - child_fds[0], 4,
+                             "the consumer's descriptors grew: %s" % child_fds)
+        self.assertEqual(child_stats["ipc_open_calls"], n)
+        self.assertEqual(child_stats["ipc_open_now"], 0)
+        self.assertEqual(vt.stats()["ipc_shared"], 0)
+
+    def test_handles_vpmm_cannot_open(self):
+        def open_handle(handle):
+            torch.UntypedStorage._new_shared_cuda(0, handle, 16, 0, b"", 0, bytes(64), False)
+
+        with self.assertRaisesRegex(RuntimeError, "native CUDA allocator.*type 'c'"):
+            open_handle(b"\x02c" + bytes(64))
+        with self.assertRaisesRegex(RuntimeError, "expandable_segments:True.*type 'e'"):
+            open_handle(b"\x02e" + bytes(28))
+        with self.assertRaisesRegex(RuntimeError, "bare 64-byte cudaIpcMemHandle_t"):
+            open_handle(bytes(64))
+        with self.assertRaisesRegex(RuntimeError, "neither vpmm's"):
+            open_handle(b"garbage!")
+        # a vpmm handle whose producer has exited
+        with Child("export_and_exit") as c:
+            kind, handle = c.recv()
+            self.assertEqual(kind, "handle")
+        with self.assertRaisesRegex(RuntimeError, "has exited"):
+            open_handle(handle)
+        self.assertEqual(vt.stats()["ipc_open_now"], 0)
+
+    def test_export_refused_with_vpmm_ipc_0(self):
+        env = child_env()
+        env["VPMM_IPC"] = "0"
+        code = ("import torch\n"
+                "x = torch.ones(10, device='cuda')\n"
+                "try:\n"
+                "    x.untyped_storage()._share_cuda_()\n"
+                "except RuntimeError as e:\n"
+                "    print('REFUSED', e)\n")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        self.assertIn("REFUSED", out.stdout, out.stderr)
+        self.assertIn("VPMM_IPC=0", out.stdout)
 
 
 if __name__ == "__main__":

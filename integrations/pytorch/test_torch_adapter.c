@@ -11,7 +11,18 @@
  * them and name their pool, a MemPool with its own allocator (counted, in snapshots, never served
  * by vpmm), emptyCache, recordStream, the OOM message; and the stats JSON the
  * Python side reads (stats_json.c).
+ *
+ * Several devices and processes: size failures as out-of-memory with the device named, the
+ * device table (which pool owns a pointer; free and recordStream routed by it whatever the
+ * stream's device), peer grants recorded per device, the memory fraction, CUDA IPC handles told
+ * apart and refused by name, exports and opens refused with vpmm's reasons. The host backend
+ * models one device that cannot export its memory, so several devices are separate host pools
+ * in one table, and what needs a second device or exportable memory is run by test_backend.py
+ * on GPUs (a part that a host backend with more devices would run is skipped until then).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* fork, waitpid */
+#endif
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -33,7 +46,8 @@ typedef struct fixture {
     vta_device_t d;
 } fixture_t;
 
-static void open_fx(fixture_t *f, size_t max_bytes)
+/* A host pool as device `device` of the process (ipc: config.ipc). */
+static void open_dev(fixture_t *f, size_t max_bytes, int device, int ipc)
 {
     vpmm_config_t c;
     vpmm_config_init(&c);
@@ -41,8 +55,14 @@ static void open_fx(fixture_t *f, size_t max_bytes)
     c.ignore_env = 1;
     c.va_size = (size_t)4 << 30;
     c.max_bytes = max_bytes;
+    c.ipc = ipc;
     assert_int_equal(vpmm_pool_create(&c, &f->pool), VPMM_SUCCESS);
-    assert_int_equal(vta_device_init(&f->d, f->pool, 0), 0);
+    assert_int_equal(vta_device_init(&f->d, f->pool, device), 0);
+}
+
+static void open_fx(fixture_t *f, size_t max_bytes)
+{
+    open_dev(f, max_bytes, 0, -1);
 }
 
 static void close_fx(fixture_t *f)
@@ -130,12 +150,84 @@ static void test_oom_counted_and_explained(void **state)
     assert_null(p);
     vta_get_stats(&f.d, &st);
     assert_int_equal(st.num_ooms, 1);
+    assert_int_equal(st.num_alloc_retries, 0);
     assert_int_equal(st.allocation[VTA_ALL].current, 0);
-    vta_oom_message(&f.d, 8 * MiB, msg, sizeof msg);
-    assert_non_null(
-        strstr(msg, "CUDA out of memory. Tried to allocate 8388608 bytes on device 0."));
+    /* Retried after the free-memory callbacks: a retry, and an OOM again only if it fails. */
+    vta_oom_retried(&f.d);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_ooms, 0);
+    assert_int_equal(st.num_alloc_retries, 1);
+    assert_int_equal(vta_malloc(&f.d, 8 * MiB, NULL, SHARED, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_ooms, 1);
+    vta_oom_message(&f.d, 8 * MiB, VPMM_ERROR_OUT_OF_MEMORY, 0, 0, msg, sizeof msg);
+    assert_non_null(strstr(
+        msg, "CUDA out of memory. Tried to allocate 8.00 MiB (8388608 bytes) on device 0. vpmm: "));
     assert_non_null(strstr(msg, "VPMM_MAX_BYTES"));
+    assert_null(strstr(msg, "total capacity")); /* no device figures given */
+    /* With the device's figures (the caller's cudaMemGetInfo), PyTorch's sentence too. */
+    vta_oom_message(&f.d, 8 * MiB, VPMM_ERROR_OUT_OF_MEMORY, (size_t)80 << 30, (size_t)3 << 29, msg,
+                    sizeof msg);
+    assert_non_null(strstr(msg, " on device 0. GPU 0 has a total capacity of 80.00 GiB of which "
+                                "1.50 GiB is free. vpmm: "));
+    /* Cut short, always terminated. */
+    {
+        char small[24];
+        vta_oom_message(&f.d, 8 * MiB, VPMM_ERROR_OUT_OF_MEMORY, 0, 0, small, sizeof small);
+        assert_int_equal(strlen(small), sizeof small - 1);
+    }
     close_fx(&f);
+}
+
+/* A request larger than the address range vpmm reserves at once (VPMM_ERROR_SIZE_TOO_LARGE) is
+ * an out-of-memory for PyTorch (native: "CUDA out of memory", whatever the size): counted, and
+ * explained with the device, the size and the knob, never with an older OOM's report. */
+static void test_size_too_large_is_oom(void **state)
+{
+    fixture_t f;
+    vta_stats_t st;
+    char msg[2048];
+    void *p = (void *)1;
+    (void)state;
+    open_dev(&f, 4 * MiB, 3, -1); /* device 3 of the process; 4 GiB VA chunks, 4 MiB cap */
+    assert_int_equal(vta_malloc(&f.d, 8 * MiB, NULL, SHARED, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(vta_malloc(&f.d, (size_t)8 << 30, NULL, SHARED, &p),
+                     VPMM_ERROR_SIZE_TOO_LARGE);
+    assert_null(p);
+    vta_oom_message(&f.d, (size_t)8 << 30, VPMM_ERROR_SIZE_TOO_LARGE, 0, 0, msg, sizeof msg);
+    assert_non_null(strstr(msg, "CUDA out of memory. Tried to allocate 8.00 GiB (8589934592 "
+                                "bytes) on device 3. vpmm: the request is larger than the "
+                                "address range vpmm reserves at once ("));
+    assert_non_null(strstr(msg, "8589934592 bytes exceed the VA chunk size (4294967296)"));
+    assert_non_null(strstr(msg, "raise VPMM_VA_SIZE"));
+    assert_null(strstr(msg, "VPMM_MAX_BYTES")); /* the earlier OOM's report stays out */
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_ooms, 2);
+    assert_int_equal(st.allocation[VTA_ALL].current, 0);
+    /* What is about size, and what is not. */
+    assert_true(vta_is_oom(VPMM_ERROR_OUT_OF_MEMORY));
+    assert_true(vta_is_oom(VPMM_ERROR_SIZE_TOO_LARGE));
+    assert_false(vta_is_oom(VPMM_ERROR_INVALID_SIZE));
+    assert_false(vta_is_oom(VPMM_ERROR_DRIVER));
+    assert_false(vta_is_oom(VPMM_ERROR_HOST_OUT_OF_MEMORY));
+    assert_int_equal(vta_malloc(&f.d, 0, NULL, SHARED, &p), VPMM_ERROR_INVALID_SIZE);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_ooms, 2);
+    close_fx(&f);
+}
+
+/* PyTorch's format_size. */
+static void test_format_size(void **state)
+{
+    char b[32];
+    (void)state;
+    assert_string_equal(vta_format_size(0, b, sizeof b), "0 bytes");
+    assert_string_equal(vta_format_size(1024, b, sizeof b), "1024 bytes");
+    assert_string_equal(vta_format_size(1536, b, sizeof b), "1.50 KiB");
+    assert_string_equal(vta_format_size(MiB, b, sizeof b), "1024.00 KiB");
+    assert_string_equal(vta_format_size(2 * MiB, b, sizeof b), "2.00 MiB");
+    assert_string_equal(vta_format_size((size_t)13 << 28, b, sizeof b), "3.25 GiB");
+    assert_string_equal(vta_format_size((uint64_t)1 << 46, b, sizeof b), "65536.00 GiB");
 }
 
 /* Mempool ids: references, warm-up allocations outside a capture, allocations during a capture,
@@ -426,6 +518,327 @@ static void test_record_stream(void **state)
     close_fx(&f);
 }
 
+/* Three devices of a process, the last without a pool: which one owns a pointer. */
+static void test_device_table_owner(void **state)
+{
+    fixture_t f0, f1;
+    vta_device_t *devs[3];
+    vpmm_region_info_t info;
+    vta_stats_t s0, s1;
+    void *a, *b;
+    int owner = 7;
+    (void)state;
+    open_dev(&f0, 0, 0, -1);
+    open_dev(&f1, 0, 1, -1);
+    devs[0] = &f0.d;
+    devs[1] = &f1.d;
+    devs[2] = NULL;
+    a = talloc(&f0, 3 * MiB, NULL, SHARED);
+    b = talloc(&f1, 5000, NULL, SHARED);
+    assert_int_equal(vta_owner(devs, 3, a, -1, &info), 0);
+    assert_int_equal(info.addr, (uintptr_t)a);
+    assert_int_equal(vta_owner(devs, 3, b, -1, NULL), 1);
+    assert_int_equal(vta_owner(devs, 3, b, 0, &info), 1); /* a wrong hint: asked, then the rest */
+    assert_int_equal(vta_owner(devs, 3, b, 2, NULL), 1);  /* a hint with no pool */
+    assert_int_equal(vta_owner(devs, 3, b, 9, NULL), 1);  /* out of the table */
+    assert_int_equal(vta_owner(devs, 3, (char *)b + 1000, 1, &info), 1); /* inside it */
+    assert_int_equal(info.addr, (uintptr_t)b);
+    assert_int_equal(info.requested, 5000);
+    assert_int_equal(vta_owner(devs, 3, (void *)0x1000, 0, NULL), -1);
+    assert_int_equal(vta_owner(devs, 3, NULL, 0, NULL), -1);
+    assert_int_equal(vta_owner(NULL, 3, a, 0, NULL), -1);
+    assert_int_equal(vta_owner(devs, 1, b, -1, NULL), -1); /* the table's first entry only */
+
+    /* raw_delete with device 0 "current": b goes to device 1's pool, its statistics fall there. */
+    assert_int_equal(vta_free_any(devs, 3, b, &owner, &info), VPMM_SUCCESS);
+    assert_int_equal(owner, 1);
+    assert_int_equal(info.requested, 5000);
+    vta_get_stats(&f0.d, &s0);
+    vta_get_stats(&f1.d, &s1);
+    assert_int_equal(s0.allocation[VTA_ALL].current, 1);
+    assert_int_equal(s1.allocation[VTA_ALL].current, 0);
+    assert_int_equal(s1.allocation[VTA_ALL].freed, 1);
+    assert_int_equal(vta_free_any(devs, 3, b, &owner, NULL), VPMM_ERROR_DOUBLE_FREE);
+    assert_int_equal(owner, 1);
+    assert_int_equal(vta_free_any(devs, 3, (void *)0x1000, &owner, NULL),
+                     VPMM_ERROR_FOREIGN_POINTER);
+    assert_int_equal(owner, -1);
+    assert_int_equal(vta_free_any(devs, 3, NULL, &owner, NULL), VPMM_SUCCESS);
+    assert_int_equal(vta_free_any(devs, 3, a, NULL, NULL), VPMM_SUCCESS);
+    vta_get_stats(&f0.d, &s0);
+    assert_int_equal(s0.allocation[VTA_ALL].current, 0);
+    close_fx(&f1);
+    close_fx(&f0);
+}
+
+/* recordStream with a stream of another device: recorded on the pool that holds the pointer.
+ * Asking the stream's device's pool (what PyTorch's device index would pick) finds nothing there
+ * and drops the record silently — the case the table's routing exists for. */
+static void test_record_stream_routes_by_owner(void **state)
+{
+    fixture_t f0, f1;
+    vta_device_t *devs[2];
+    vpmm_stream_t s1 = (vpmm_stream_t)(uintptr_t)0x5900; /* "a stream of device 1" */
+    vpmm_stats_t before0, before1, st;
+    void *a;
+    int owner = 7;
+    (void)state;
+    open_dev(&f0, 0, 0, -1);
+    open_dev(&f1, 0, 1, -1);
+    devs[0] = &f0.d;
+    devs[1] = &f1.d;
+    a = talloc(&f0, MiB, NULL, SHARED);
+    assert_int_equal(vpmm_get_stats(f0.pool, &before0), VPMM_SUCCESS);
+    assert_int_equal(vpmm_get_stats(f1.pool, &before1), VPMM_SUCCESS);
+    /* By the stream's device: device 1's pool does not know a; nothing is recorded anywhere. */
+    assert_int_equal(vta_record_stream(&f1.d, a, s1), VPMM_SUCCESS);
+    assert_int_equal(vpmm_get_stats(f0.pool, &st), VPMM_SUCCESS);
+    assert_int_equal(st.streams, before0.streams);
+    /* By the pointer: device 0's pool tracks stream s1 for a from now on. */
+    assert_int_equal(vta_record_stream_any(devs, 2, a, 1, s1, &owner), VPMM_SUCCESS);
+    assert_int_equal(owner, 0);
+    assert_int_equal(vpmm_get_stats(f0.pool, &st), VPMM_SUCCESS);
+    assert_int_equal(st.streams, before0.streams + 1);
+    assert_int_equal(vpmm_get_stats(f1.pool, &st), VPMM_SUCCESS);
+    assert_int_equal(st.streams, before1.streams);
+    /* Another allocator's pointer: ignored, as the native allocator ignores foreign DataPtrs. */
+    assert_int_equal(vta_record_stream_any(devs, 2, (void *)0x1000, 0, s1, &owner), VPMM_SUCCESS);
+    assert_int_equal(owner, -1);
+    /* Inside vpmm but not an allocation's start: vpmm's status. */
+    assert_int_equal(vta_record_stream_any(devs, 2, (char *)a + 256, 0, s1, NULL),
+                     VPMM_ERROR_INTERIOR_POINTER);
+    assert_int_equal(vta_free_any(devs, 2, a, &owner, NULL), VPMM_SUCCESS);
+    assert_int_equal(owner, 0);
+    close_fx(&f1);
+    close_fx(&f0);
+}
+
+/* enablePeerAccess's vpmm half, recorded per device. The host backend models one device: its own
+ * device is nothing to grant, another one does not exist there (a host backend with several
+ * devices runs the rest). */
+static void test_grant_peer(void **state)
+{
+    fixture_t f;
+    vpmm_stats_t s;
+    vpmm_status_t st;
+    (void)state;
+    open_fx(&f, 0);
+    assert_int_equal(vta_grant_peer(&f.d, 0), VPMM_SUCCESS); /* the pool's own device */
+    assert_int_equal(f.d.peers, 0);
+    assert_int_equal(vta_grant_peer(&f.d, 40), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vpmm_last_error(), "device 40 does not exist"));
+    assert_int_equal(vta_grant_peer(&f.d, -1), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(f.d.peers, 0);
+    st = vta_grant_peer(&f.d, 1);
+    if (st == VPMM_SUCCESS) { /* a backend with a second device */
+        assert_int_equal(f.d.peers, 2);
+        assert_int_equal(vta_grant_peer(&f.d, 1), VPMM_SUCCESS); /* again: nothing new */
+        assert_int_equal(vpmm_get_stats(f.pool, &s), VPMM_SUCCESS);
+        assert_int_equal(s.peers, 2);
+    } else {
+        assert_int_equal(st, VPMM_ERROR_INVALID_ARGUMENT);
+        assert_int_equal(f.d.peers, 0);
+        assert_int_equal(vpmm_get_stats(f.pool, &s), VPMM_SUCCESS);
+        assert_int_equal(s.peers, 0);
+        print_message("one host device: the grant to a second device is left to test_backend.py\n");
+    }
+    close_fx(&f);
+}
+
+/* setMemoryFraction: a cap of fraction x the device's memory; 0 is vpmm's smallest cap (a page),
+ * not "no cap"; 1 lifts it; out of range refused; the OOM message says what capped it. */
+static void test_memory_fraction(void **state)
+{
+    const size_t total = (size_t)2 << 30;
+    fixture_t f;
+    vpmm_stats_t s;
+    char msg[2048];
+    void *p;
+    (void)state;
+    open_dev(&f, 0, 1, -1);
+    assert_true(vta_memory_fraction(&f.d) == 1.0);
+    assert_int_equal(vta_set_memory_fraction(&f.d, 0.25, total), VPMM_SUCCESS);
+    assert_true(vta_memory_fraction(&f.d) == 0.25);
+    assert_int_equal(vpmm_get_stats(f.pool, &s), VPMM_SUCCESS);
+    assert_int_equal(s.max_bytes, 512 * MiB);
+    assert_int_equal(vta_malloc(&f.d, 600 * MiB, NULL, SHARED, &p), VPMM_ERROR_OUT_OF_MEMORY);
+    vta_oom_message(&f.d, 600 * MiB, VPMM_ERROR_OUT_OF_MEMORY, total, total, msg, sizeof msg);
+    assert_non_null(strstr(msg, "on device 1. GPU 1 has a total capacity of 2.00 GiB"));
+    assert_non_null(strstr(msg, "This process may use 0.25 of device 1's memory "
+                                "(torch.cuda.set_per_process_memory_fraction)."));
+    p = talloc(&f, 200 * MiB, NULL, SHARED);
+    assert_int_equal(vta_free(&f.d, p), VPMM_SUCCESS);
+    assert_int_equal(vta_set_memory_fraction(&f.d, 0.0, total), VPMM_SUCCESS);
+    assert_int_equal(vpmm_get_stats(f.pool, &s), VPMM_SUCCESS);
+    assert_int_equal(s.max_bytes, s.page_size);
+    assert_int_equal(vta_set_memory_fraction(&f.d, 1.0, 0), VPMM_SUCCESS);
+    assert_int_equal(vpmm_get_stats(f.pool, &s), VPMM_SUCCESS);
+    assert_int_equal(s.max_bytes, 0);
+    assert_true(vta_memory_fraction(&f.d) == 1.0);
+    assert_int_equal(vta_set_memory_fraction(&f.d, -0.1, total), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_set_memory_fraction(&f.d, 1.5, total), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_set_memory_fraction(&f.d, 0.5, 0), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_true(vta_memory_fraction(&f.d) == 1.0);
+    close_fx(&f);
+}
+
+/* The handles getIpcDevPtr may be given, told apart and refused by name. */
+static void test_ipc_kinds(void **state)
+{
+    unsigned char vp[96] = "vpmmIPC1", c[66] = { 2, 'c' }, e[30] = { 2, 'e' }, legacy[64] = { 0 };
+    char why[1024];
+    fixture_t f;
+    void *p = (void *)1;
+    uint64_t opens = 9, closes = 9, releases = 9;
+    size_t now = 9;
+    int released = 7;
+    (void)state;
+    assert_int_equal(vta_ipc_kind(vp, sizeof vp), VTA_IPC_VPMM);
+    assert_int_equal(vta_ipc_kind(c, sizeof c), VTA_IPC_NATIVE_CUDA_MALLOC);
+    assert_int_equal(vta_ipc_kind(e, sizeof e), VTA_IPC_NATIVE_EXPANDABLE);
+    assert_int_equal(vta_ipc_kind(legacy, sizeof legacy), VTA_IPC_LEGACY);
+    assert_int_equal(vta_ipc_kind("hello", 5), VTA_IPC_UNKNOWN);
+    assert_int_equal(vta_ipc_kind(vp, 7), VTA_IPC_UNKNOWN); /* too short for the magic */
+    assert_int_equal(vta_ipc_kind(vp, 0), VTA_IPC_UNKNOWN);
+    assert_int_equal(vta_ipc_kind(NULL, 10), VTA_IPC_UNKNOWN);
+    vta_ipc_refusal(c, sizeof c, why, sizeof why);
+    assert_non_null(strstr(why, "made by PyTorch's native CUDA allocator, not by vpmm"));
+    assert_non_null(strstr(why, "type 'c'"));
+    assert_non_null(strstr(why, "66 bytes"));
+    assert_non_null(strstr(why, "vpmm.torch.enable()"));
+    vta_ipc_refusal(e, sizeof e, why, sizeof why);
+    assert_non_null(strstr(why, "expandable_segments:True"));
+    assert_non_null(strstr(why, "type 'e'"));
+    vta_ipc_refusal(legacy, sizeof legacy, why, sizeof why);
+    assert_non_null(strstr(why, "bare 64-byte cudaIpcMemHandle_t"));
+    vta_ipc_refusal("hello", 5, why, sizeof why);
+    assert_non_null(strstr(why, "(5 bytes, starting 0x68 0x65) is neither vpmm's"));
+    vta_ipc_refusal(vp, sizeof vp, why, sizeof why);
+    assert_non_null(strstr(why, "a vpmm IPC handle"));
+
+    /* Refused before vpmm is asked: nothing opened, nothing counted. */
+    open_fx(&f, 0);
+    assert_int_equal(vta_ipc_open(&f.d, c, sizeof c, &p), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_null(p);
+    assert_int_equal(vta_ipc_open(&f.d, legacy, sizeof legacy, &p), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vta_ipc_release(&f.d, e, sizeof e, &released), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(released, 0);
+    /* vpmm's magic, but not a whole handle: vpmm says so. */
+    assert_int_equal(vta_ipc_open(&f.d, vp, 40, &p), VPMM_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vpmm_last_error(), "not a vpmm IPC handle"));
+    /* A vpmm handle that is not open here: a release ends nothing; a close knows nothing. */
+    assert_int_equal(vta_ipc_release(&f.d, vp, sizeof vp, &released), VPMM_SUCCESS);
+    assert_int_equal(released, 0);
+    assert_int_equal(vta_ipc_close(&f.d, (void *)0x1000), VPMM_ERROR_FOREIGN_POINTER);
+    vta_ipc_counts(&f.d, &opens, &closes, &releases, &now);
+    assert_int_equal(opens, 0);
+    assert_int_equal(closes, 0);
+    assert_int_equal(releases, 0);
+    assert_int_equal(now, 0);
+    close_fx(&f);
+}
+
+/* vpmm's wire header (src/core/ipc_wire.h), to make a well-formed handle of a process that has
+ * exited: the open must fail with vpmm's reason, counting nothing. */
+typedef struct wire {
+    char magic[8];
+    uint32_t version, nphys;
+    int32_t pid, table_fd;
+    uint64_t nonce, offset, size;
+    uint32_t slot, gen;
+    int32_t device;
+    uint32_t reserved;
+    int32_t fd;
+    uint32_t reserved2;
+    uint64_t serial, esize, eoffset;
+} wire_t;
+
+static void test_ipc_open_refused(void **state)
+{
+    fixture_t f;
+    wire_t w;
+    pid_t child;
+    void *p = (void *)1;
+    size_t now = 9;
+    vpmm_status_t st;
+    (void)state;
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(0);
+    assert_int_equal(waitpid(child, NULL, 0), child); /* reaped: its pid names no process */
+    memset(&w, 0, sizeof w);
+    memcpy(w.magic, "vpmmIPC1", 8);
+    w.version = 1;
+    w.nphys = 1;
+    w.pid = (int32_t)child;
+    w.table_fd = 3;
+    w.nonce = 1;
+    w.size = 4096;
+    w.gen = 1;
+    w.fd = 3;
+    w.serial = 1;
+    w.esize = 2 * MiB;
+    open_fx(&f, 0);
+    assert_int_equal(vta_ipc_kind(&w, sizeof w), VTA_IPC_VPMM);
+    st = vta_ipc_open(&f.d, &w, sizeof w, &p);
+    assert_null(p);
+    if (st == VPMM_ERROR_INVALID_ARGUMENT)
+        assert_non_null(strstr(vpmm_last_error(), "has exited"));
+    else /* a system that refuses pidfd_open says so */
+        assert_int_equal(st, VPMM_ERROR_NOT_SUPPORTED);
+    vta_ipc_counts(&f.d, NULL, NULL, NULL, &now);
+    assert_int_equal(now, 0);
+    assert_int_equal(f.d.nipc, 0);
+    close_fx(&f);
+}
+
+/* shareIpcHandle on memory that cannot be exported: vpmm's reason, which names the cause, and
+ * nothing handed out. (Exporting needs a device with POSIX-descriptor handles: test_backend.py.)
+ */
+static void test_ipc_export_refused(void **state)
+{
+    fixture_t f, off;
+    const vta_pool_id_t tree = { 0, 4 };
+    unsigned char *h = (unsigned char *)1;
+    size_t len = 9, offset = 9;
+    void *a, *g;
+    (void)state;
+    open_fx(&f, 0); /* config.ipc default: the host backend has no exportable memory */
+    a = talloc(&f, 3 * MiB, NULL, SHARED);
+    assert_int_equal(vta_ipc_export(&f.d, a, &h, &len, &offset), VPMM_ERROR_NOT_SUPPORTED);
+    assert_non_null(strstr(vpmm_last_error(), "cannot be exported (the device does not support "
+                                              "POSIX file descriptor handles)"));
+    assert_null(h);
+    assert_int_equal(len, 0);
+    assert_int_equal(offset, 0);
+    /* A pointer inside the allocation is the allocation's to share (refused for the same cause,
+     * not as an interior pointer). */
+    assert_int_equal(vta_ipc_export(&f.d, (char *)a + 4096, &h, &len, &offset),
+                     VPMM_ERROR_NOT_SUPPORTED);
+    assert_int_equal(vta_ipc_export(&f.d, (void *)0x1000, &h, &len, &offset),
+                     VPMM_ERROR_FOREIGN_POINTER);
+    /* A graph pool's (a MemPool's, a capture's) memory is not shared. */
+    assert_int_equal(vta_pool_incref(&f.d, tree), VPMM_SUCCESS);
+    g = talloc(&f, 4096, (vpmm_stream_t)(uintptr_t)0x5a00, tree);
+    assert_int_equal(vta_ipc_export(&f.d, g, &h, &len, &offset), VPMM_ERROR_NOT_SUPPORTED);
+    assert_non_null(strstr(vpmm_last_error(), "graph pool's allocation"));
+    assert_int_equal(vta_free(&f.d, g), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_decref(&f.d, tree), VPMM_SUCCESS);
+    assert_int_equal(vta_free(&f.d, a), VPMM_SUCCESS);
+    /* Freed memory: vpmm's status for a bad pointer. */
+    assert_int_equal(vta_ipc_export(&f.d, a, &h, &len, &offset), VPMM_ERROR_DOUBLE_FREE);
+    assert_null(h);
+    close_fx(&f);
+
+    open_dev(&off, 0, 0, 0); /* VPMM_IPC=0 */
+    a = talloc(&off, 4096, NULL, SHARED);
+    assert_int_equal(vta_ipc_export(&off.d, a, &h, &len, &offset), VPMM_ERROR_NOT_SUPPORTED);
+    assert_non_null(strstr(vpmm_last_error(), "VPMM_IPC=0"));
+    assert_int_equal(vta_free(&off.d, a), VPMM_SUCCESS);
+    close_fx(&off);
+}
+
 /* The stats as JSON: every field, the extra members, a size that tells how much is needed. */
 static void test_stats_json(void **state)
 {
@@ -451,14 +864,25 @@ static void test_stats_json(void **state)
     assert_non_null(strstr(buf, ",\"max_bytes\":0,\"worker\":0,\"worker_unmaps\":0,"));
     snprintf(field, sizeof field, ",\"small_bytes\":%zu,\"class_fallbacks\":0,", s.small_bytes);
     assert_non_null(strstr(buf, field));
-    assert_non_null(strstr(buf, ",\"class_fallbacks\":0,\"extra\":7}"));
+    assert_non_null(strstr(buf, ",\"pool_device\":0,\"peers\":0,\"peer_devices\":[],"
+                                "\"peer_grants\":0,\"ipc_shared\":0,\"ipc_exports\":0,"
+                                "\"ipc_imports\":0,\"ipc_imported_bytes\":0,\"extra\":7}"));
+    /* The peers as a mask and as a list (a pool of device 2 that devices 0, 3 and 63 reach). */
+    s.device = 2;
+    s.peers = ((uint64_t)1 << 0) | ((uint64_t)1 << 3) | ((uint64_t)1 << 63);
+    s.ipc_exports = 5;
+    (void)vpmm_stats_json(&s, 2, "host", NULL, buf, sizeof buf);
+    assert_non_null(strstr(buf, ",\"pool_device\":2,\"peers\":9223372036854775817,"
+                                "\"peer_devices\":[0,3,63],"));
+    assert_non_null(strstr(buf, ",\"ipc_exports\":5,"));
+    assert_int_equal(vpmm_get_stats(f.pool, &s), VPMM_SUCCESS);
     /* Too small a buffer: cut short, terminated, the full length still returned. */
     assert_int_equal(vpmm_stats_json(&s, 2, "host", "\"extra\":7", small, sizeof small), n);
     assert_int_equal(strlen(small), sizeof small - 1);
     assert_int_equal(vpmm_stats_json(&s, 2, "host", "\"extra\":7", NULL, 0), n);
     /* No extra: the object closes after the last field. */
     n = vpmm_stats_json(&s, 0, "host", NULL, buf, sizeof buf);
-    assert_non_null(strstr(buf, ",\"class_fallbacks\":0}"));
+    assert_non_null(strstr(buf, ",\"ipc_imported_bytes\":0}"));
     assert_int_equal(strlen(buf), n);
     assert_int_equal(vta_free(&f.d, p), VPMM_SUCCESS);
     close_fx(&f);
@@ -469,11 +893,20 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stats_follow_allocations),
         cmocka_unit_test(test_oom_counted_and_explained),
+        cmocka_unit_test(test_size_too_large_is_oom),
+        cmocka_unit_test(test_format_size),
         cmocka_unit_test(test_pool_ids),
         cmocka_unit_test(test_checkpoint_delta),
         cmocka_unit_test(test_snapshot),
         cmocka_unit_test(test_external_pool),
         cmocka_unit_test(test_record_stream),
+        cmocka_unit_test(test_device_table_owner),
+        cmocka_unit_test(test_record_stream_routes_by_owner),
+        cmocka_unit_test(test_grant_peer),
+        cmocka_unit_test(test_memory_fraction),
+        cmocka_unit_test(test_ipc_kinds),
+        cmocka_unit_test(test_ipc_open_refused),
+        cmocka_unit_test(test_ipc_export_refused),
         cmocka_unit_test(test_stats_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,7 +14,10 @@
  *
  * The scenario: the device state, shared allocations, recordStream, a mempool id with a warm-up
  * allocation and a checkpoint taken and applied (the CheckpointDelta arrays), a MemPool with its
- * own allocator and an allocation counted for it, a snapshot, the statistics, emptyCache.
+ * own allocator and an allocation counted for it, a snapshot, the statistics, emptyCache; the
+ * device table's recordStream and free, a memory fraction set and lifted, an IPC export (which
+ * the host backend refuses: NOT_SUPPORTED, or HOST_OUT_OF_MEMORY first) and an open of a handle
+ * that is not vpmm's (refused before anything is allocated).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -104,6 +107,33 @@ static void external_part(vpmm_stream_t s)
     ARMED_THEN_SURE("vta_pool_decref (external)", vta_pool_decref(&dev, OWN));
 }
 
+/* Several devices, the memory fraction, IPC: each answer clear, nothing left behind. */
+static void devices_part(vpmm_stream_t t)
+{
+    unsigned char native[66] = { 2, 'c' }, *h = NULL;
+    vta_device_t *devs[2] = { &dev, NULL };
+    size_t len = 0, off = 0, now = 9;
+    void *c = NULL, *p = NULL;
+    vpmm_status_t st;
+    int owner = -1;
+    if (ARMED("vta_malloc (table)", vta_malloc(&dev, 5000, t, SHARED, &c)) != VPMM_SUCCESS)
+        return;
+    (void)ARMED("vta_record_stream_any",
+                vta_record_stream_any(devs, 2, c, 1, (vpmm_stream_t)(uintptr_t)0x5300, &owner));
+    (void)ARMED("vta_set_memory_fraction", vta_set_memory_fraction(&dev, 0.5, (size_t)1 << 30));
+    ARMED_THEN_SURE("vta_set_memory_fraction (lift)", vta_set_memory_fraction(&dev, 1.0, 0));
+    st = OOM_ARMED(vta_ipc_export(&dev, c, &h, &len, &off));
+    if (st != VPMM_ERROR_NOT_SUPPORTED && st != VPMM_ERROR_HOST_OUT_OF_MEMORY)
+        fail_msg("vta_ipc_export with allocation #%lu refused: %s", run_n, vpmm_status_name(st));
+    assert_null(h);
+    assert_int_equal(OOM_ARMED(vta_ipc_open(&dev, native, sizeof native, &p)),
+                     VPMM_ERROR_INVALID_ARGUMENT);
+    assert_null(p);
+    vta_ipc_counts(&dev, NULL, NULL, NULL, &now);
+    assert_int_equal(now, 0);
+    ARMED_THEN_SURE("vta_free_any", vta_free_any(devs, 2, c, &owner, NULL));
+}
+
 static void scenario(void)
 {
     vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x5100, t = (vpmm_stream_t)(uintptr_t)0x5200;
@@ -117,6 +147,7 @@ static void scenario(void)
         (void)ARMED("vta_record_stream", vta_record_stream(&dev, b, t));
     checkpoint_part(s);
     external_part(s);
+    devices_part(t);
     if (ARMED("vta_snapshot", vta_snapshot(&dev, SHARED, 1, &segs, &n)) == VPMM_SUCCESS)
         vta_snapshot_free(segs, n);
     oom_armed = 1;

@@ -15,7 +15,9 @@
  *   inactive_split, inactive_split_bytes           vpmm's free regions and free bytes, at the call
  *   num_ooms                                       out-of-memory failures of vta_malloc
  *   num_device_alloc / num_device_free             handles created / released
- *   num_alloc_retries, num_sync_all_streams        0: vpmm never retries a malloc nor synchronises
+ *   num_alloc_retries                              out-of-memory failures retried after PyTorch's
+ *                                                  free-memory callbacks freed something
+ *   num_sync_all_streams                           0: vpmm never synchronises all streams
  *   max_split_size                                 -1 (PyTorch's "unset"); oversize_*: 0
  * A MemPool with its own allocator (vta_pool_incref_external): its allocations come from that
  * allocator (the C++ layer calls it), never from vpmm; each counts as an allocation and as a
@@ -30,7 +32,19 @@
  *
  * Segments of a snapshot are runs of mapped regions (allocations and free memory) of one VA chunk
  * and one pool, cut by holes and zombies; blocks are the regions, so they tile each segment.
+ *
+ * Several devices. PyTorch names a device with each call, but not always the one whose pool holds
+ * the pointer: a tensor is freed while another device is current, recordStream names a stream of
+ * another device. So frees and recordStream go by the pointer (vta_owner asks each pool, the
+ * DataPtr's device first), and each pool works whatever device is current (vpmm's rule). Peer
+ * access is vpmm's to give: memory mapped with cuMemMap is reachable from another device only
+ * through cuMemSetAccess on its own pool (vta_grant_peer), cudaDeviceEnablePeerAccess covers
+ * cudaMalloc memory alone.
+ *
+ * CUDA IPC (shareIpcHandle, getIpcDevPtr) is torch_adapter_ipc.c's.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,10 +129,12 @@ int vta_device_init(vta_device_t *d, vpmm_pool_t *pool, int device)
         return -1;
     d->pool = pool;
     d->device = device;
+    d->fraction = 1.0;
     d->stats.max_split_size = -1;
     if (vpmm_get_stats(pool, &s) == VPMM_SUCCESS) {
         d->base_created = s.pages_created;
         d->base_released = s.pages_released;
+        d->page_size = s.page_size;
     }
     return 0;
 }
@@ -128,6 +144,9 @@ void vta_device_fini(vta_device_t *d)
     for (size_t i = 0; i < d->npools; i++)
         if (d->pools[i].gp != NULL)
             (void)vpmm_graph_pool_release(d->pools[i].gp);
+    for (size_t i = 0; i < d->nipc; i++)
+        free(d->ipc[i].bytes); /* still open: the pool's destruction unmaps them */
+    free(d->ipc);
     free(d->pools);
     free(d->ext);
     pthread_mutex_destroy(&d->lock);
@@ -156,7 +175,7 @@ vpmm_status_t vta_malloc(vta_device_t *d, size_t size, vpmm_stream_t stream, vta
     pthread_mutex_lock(&d->lock);
     if (st == VPMM_SUCCESS)
         count_alloc(d, size, +1);
-    else if (st == VPMM_ERROR_OUT_OF_MEMORY)
+    else if (vta_is_oom(st))
         d->stats.num_ooms++;
     pthread_mutex_unlock(&d->lock);
     return st;
@@ -192,16 +211,188 @@ vpmm_status_t vta_record_stream(vta_device_t *d, void *ptr, vpmm_stream_t stream
     return st == VPMM_ERROR_FOREIGN_POINTER ? VPMM_SUCCESS : st; /* another allocator's */
 }
 
-const char *vta_oom_message(vta_device_t *d, size_t size, char *buf, size_t len)
+void vta_oom_retried(vta_device_t *d)
 {
-    char report[1536] = "";
-    size_t n;
-    (void)vpmm_pool_oom_report(d->pool, report, sizeof report);
-    n = (size_t)snprintf(buf, len, "CUDA out of memory. Tried to allocate %zu bytes on device %d. ",
-                         size, d->device);
-    if (n < len)
-        snprintf(buf + n, len - n, "vpmm: %s", report[0] ? report : vpmm_last_error());
+    pthread_mutex_lock(&d->lock);
+    if (d->stats.num_ooms > 0)
+        d->stats.num_ooms--;
+    d->stats.num_alloc_retries++;
+    pthread_mutex_unlock(&d->lock);
+}
+
+int vta_is_oom(vpmm_status_t st)
+{
+    return st == VPMM_ERROR_OUT_OF_MEMORY || st == VPMM_ERROR_SIZE_TOO_LARGE;
+}
+
+const char *vta_format_size(uint64_t bytes, char *buf, size_t len)
+{
+    if (bytes <= 1024)
+        snprintf(buf, len, "%llu bytes", (unsigned long long)bytes);
+    else if (bytes <= ((uint64_t)1 << 20))
+        snprintf(buf, len, "%.2f KiB", (double)bytes / 1024.0);
+    else if (bytes <= ((uint64_t)1 << 30))
+        snprintf(buf, len, "%.2f MiB", (double)bytes / 1048576.0);
+    else
+        snprintf(buf, len, "%.2f GiB", (double)bytes / 1073741824.0);
     return buf;
+}
+
+/* Appends to buf (len bytes, *n used so far), printf-style; stops at the end of buf. */
+static void put(char *buf, size_t len, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t len, size_t *n, const char *fmt, ...)
+{
+    va_list ap;
+    int w;
+    if (*n >= len)
+        return;
+    va_start(ap, fmt);
+    w = vsnprintf(buf + *n, len - *n, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        *n = *n + (size_t)w < len ? *n + (size_t)w : len;
+}
+
+const char *vta_oom_message(vta_device_t *d, size_t size, vpmm_status_t st, size_t device_total,
+                            size_t device_free, char *buf, size_t len)
+{
+    char why[1536] = "", a[32], b[32];
+    double fraction;
+    size_t n = 0;
+    /* The failing call's own explanation first: the calls below may replace it. */
+    snprintf(why, sizeof why, "%s", vpmm_last_error());
+    if (st == VPMM_ERROR_OUT_OF_MEMORY) {
+        char report[sizeof why] = "";
+        (void)vpmm_pool_oom_report(d->pool, report, sizeof report);
+        if (report[0] != '\0')
+            memcpy(why, report, sizeof why);
+    }
+    pthread_mutex_lock(&d->lock);
+    fraction = d->fraction;
+    pthread_mutex_unlock(&d->lock);
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    put(buf, len, &n, "CUDA out of memory. Tried to allocate %s (%zu bytes) on device %d.",
+        vta_format_size(size, a, sizeof a), size, d->device);
+    if (device_total > 0)
+        put(buf, len, &n, " GPU %d has a total capacity of %s of which %s is free.", d->device,
+            vta_format_size(device_total, a, sizeof a), vta_format_size(device_free, b, sizeof b));
+    if (fraction < 1.0)
+        put(buf, len, &n,
+            " This process may use %.4g of device %d's memory "
+            "(torch.cuda.set_per_process_memory_fraction).",
+            fraction, d->device);
+    if (st == VPMM_ERROR_SIZE_TOO_LARGE)
+        put(buf, len, &n,
+            " vpmm: the request is larger than the address range vpmm reserves at once (%s); "
+            "if the device could hold it, raise VPMM_VA_SIZE.",
+            why);
+    else
+        put(buf, len, &n, " vpmm: %s", why);
+    return buf;
+}
+
+/* ---- several devices ------------------------------------------------------------------------ */
+
+static vta_device_t *table_at(vta_device_t *const *devs, size_t i)
+{
+    return __atomic_load_n(&devs[i], __ATOMIC_ACQUIRE);
+}
+
+static int holds(vta_device_t *d, const void *ptr, vpmm_region_info_t *info)
+{
+    return d != NULL && d->pool != NULL && vpmm_pointer_info(d->pool, ptr, info) == VPMM_SUCCESS;
+}
+
+int vta_owner(vta_device_t *const *devs, size_t n, const void *ptr, int hint,
+              vpmm_region_info_t *info)
+{
+    vpmm_region_info_t tmp;
+    if (info == NULL)
+        info = &tmp;
+    if (devs == NULL || ptr == NULL)
+        return -1;
+    if (hint >= 0 && (size_t)hint < n && holds(table_at(devs, (size_t)hint), ptr, info))
+        return hint;
+    for (size_t i = 0; i < n; i++)
+        if ((int)i != hint && holds(table_at(devs, i), ptr, info))
+            return (int)i;
+    return -1;
+}
+
+vpmm_status_t vta_free_any(vta_device_t *const *devs, size_t n, void *ptr, int *owner,
+                           vpmm_region_info_t *info)
+{
+    vpmm_region_info_t tmp;
+    int o;
+    if (info == NULL)
+        info = &tmp;
+    if (owner != NULL)
+        *owner = -1;
+    if (ptr == NULL)
+        return VPMM_SUCCESS;
+    o = vta_owner(devs, n, ptr, -1, info);
+    if (owner != NULL)
+        *owner = o;
+    return o < 0 ? VPMM_ERROR_FOREIGN_POINTER
+                 : vta_free_known(table_at(devs, (size_t)o), ptr, info);
+}
+
+vpmm_status_t vta_record_stream_any(vta_device_t *const *devs, size_t n, void *ptr, int hint,
+                                    vpmm_stream_t stream, int *owner)
+{
+    vpmm_region_info_t info;
+    int o = vta_owner(devs, n, ptr, hint, &info);
+    if (owner != NULL)
+        *owner = o;
+    if (o < 0)
+        return VPMM_SUCCESS; /* another allocator's: nothing to order (as the native allocator) */
+    return vpmm_record_stream(table_at(devs, (size_t)o)->pool, ptr, stream);
+}
+
+vpmm_status_t vta_grant_peer(vta_device_t *d, int peer)
+{
+    int own = -1;
+    vpmm_status_t st = vpmm_pool_device(d->pool, &own);
+    if (st == VPMM_SUCCESS)
+        st = vpmm_pool_grant_access(d->pool, peer);
+    if (st == VPMM_SUCCESS && peer != own && peer >= 0 && peer < 64) {
+        pthread_mutex_lock(&d->lock);
+        d->peers |= (uint64_t)1 << peer;
+        pthread_mutex_unlock(&d->lock);
+    }
+    return st;
+}
+
+vpmm_status_t vta_set_memory_fraction(vta_device_t *d, double fraction, size_t device_total)
+{
+    size_t cap = 0;
+    vpmm_status_t st;
+    if (!(fraction >= 0.0 && fraction <= 1.0) || (fraction < 1.0 && device_total == 0))
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    if (fraction < 1.0) {
+        cap = (size_t)(fraction * (double)device_total);
+        if (cap < d->page_size)
+            cap = d->page_size; /* vpmm's cap 0 means none: the smallest cap is one page */
+    }
+    st = vpmm_set_max_bytes(d->pool, cap);
+    if (st == VPMM_SUCCESS) {
+        pthread_mutex_lock(&d->lock);
+        d->fraction = fraction;
+        pthread_mutex_unlock(&d->lock);
+    }
+    return st;
+}
+
+double vta_memory_fraction(vta_device_t *d)
+{
+    double f;
+    pthread_mutex_lock(&d->lock);
+    f = d->fraction;
+    pthread_mutex_unlock(&d->lock);
+    return f;
 }
 
 /* ---- mempool ids ---------------------------------------------------------------------------- */

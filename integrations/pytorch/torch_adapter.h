@@ -16,10 +16,17 @@
  *    PyTorch's filters chose), and keeps PyTorch's statistics (vta_stats_t: DeviceStats' shape);
  *  - checkpoints of a mempool id's graph pool, applied with the CheckpointDelta PyTorch's graph
  *    trees expect (the allocations freed, the allocations made live again);
- *  - the live-allocation check, a snapshot (segments and blocks), empty cache.
+ *  - the live-allocation check, a snapshot (segments and blocks), empty cache, the memory
+ *    fraction;
+ *  - several devices in one process: the device table (the owner of a pointer, so that a free or
+ *    a recordStream reaches the pool that holds it whatever device or stream is current), peer
+ *    access granted per device, the OutOfMemoryError text naming the device;
+ *  - CUDA IPC: handles exported (shareIpcHandle) and opened (getIpcDevPtr), the handles of other
+ *    allocators told apart and refused by name.
  *
  * Thread-safety: every function may be called from any thread; a device's own mutex guards its
- * id table and statistics (never held across a vpmm call that may block on the device).
+ * id table, statistics and open IPC handles (never held across a vpmm call that may block on the
+ * device).
  */
 #ifndef VPMM_TORCH_ADAPTER_H
 #define VPMM_TORCH_ADAPTER_H
@@ -73,9 +80,18 @@ typedef struct vta_external {
     vta_pool_id_t pool;
 } vta_external_t;
 
+/* An IPC handle this process opened (getIpcDevPtr) and has not closed every open of. */
+typedef struct vta_ipc_open {
+    unsigned char *bytes; /* the handle, as opened */
+    size_t len;
+    void *ptr;      /* where it is mapped here (the allocation's start) */
+    uint64_t opens; /* vta_ipc_open calls not closed yet */
+} vta_ipc_open_t;
+
 typedef struct vta_device {
     vpmm_pool_t *pool;
     int device;
+    size_t page_size; /* the pool's (sizes an IPC handle) */
     pthread_mutex_t lock;
     vta_pool_entry_t *pools; /* live mempool ids (use_count > 0) */
     size_t npools, cap;
@@ -85,6 +101,13 @@ typedef struct vta_device {
     size_t next, ext_cap;
     vta_stat_t ext_reserved[VTA_NTYPES], ext_segment[VTA_NTYPES]; /* their part of the stats */
     int64_t ext_allocs, ext_frees;
+    double fraction;     /* setMemoryFraction's (1.0: no cap) */
+    uint64_t peers;      /* bit k: device k was given access to this pool (vta_grant_peer) */
+    vta_ipc_open_t *ipc; /* handles open here */
+    size_t nipc, ipc_cap;
+    uint64_t ipc_open_calls;  /* vta_ipc_open calls that mapped (or found) a handle */
+    uint64_t ipc_close_calls; /* vta_ipc_close calls that ended one */
+    uint64_t ipc_releases;    /* shares ended by vta_ipc_release */
 } vta_device_t;
 
 /* Starts a device's state over pool (the caller keeps the pool alive); 0 or -1 (no memory). */
@@ -95,8 +118,8 @@ void vta_device_fini(vta_device_t *d);
 /* ---- allocation ---------------------------------------------------------------------------- */
 
 /* size bytes on stream, from the shared pool (id {0,0}) or id's graph pool (which must hold a
- * reference: VPMM_ERROR_INVALID_ARGUMENT otherwise). Counts the statistics; an out-of-memory is
- * counted in num_ooms (the caller throws with vta_oom_message). */
+ * reference: VPMM_ERROR_INVALID_ARGUMENT otherwise). Counts the statistics; a failure about size
+ * (vta_is_oom) is counted in num_ooms (the caller throws with vta_oom_message). */
 vpmm_status_t vta_malloc(vta_device_t *d, size_t size, vpmm_stream_t stream, vta_pool_id_t id,
                          void **out);
 /* Frees ptr (NULL: nothing); its size comes from vpmm (vpmm_pointer_info). */
@@ -106,9 +129,125 @@ vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_
 /* recordStream: ptr is also used on stream (vpmm_record_stream). A pointer vpmm does not know
  * (another allocator's) is ignored, as the native allocator ignores foreign DataPtrs. */
 vpmm_status_t vta_record_stream(vta_device_t *d, void *ptr, vpmm_stream_t stream);
-/* The OOM message for PyTorch's OutOfMemoryError: "CUDA out of memory. Tried to allocate ..."
- * followed by vpmm's report. Returns buf. */
-const char *vta_oom_message(vta_device_t *d, size_t size, char *buf, size_t len);
+/* The out-of-memory vta_malloc just counted is being retried after freeing memory (PyTorch's
+ * free-memory callbacks, e.g. torch.multiprocessing's IPC collection): counted as a retry
+ * (num_alloc_retries) instead; the retry counts again if it fails. */
+void vta_oom_retried(vta_device_t *d);
+/* Whether an allocation's failure is about size, which PyTorch raises as OutOfMemoryError:
+ * the device (or the cap) had no room (VPMM_ERROR_OUT_OF_MEMORY), or the request is larger than
+ * the address range vpmm reserves at once (VPMM_ERROR_SIZE_TOO_LARGE). */
+int vta_is_oom(vpmm_status_t st);
+/*
+ * The text of PyTorch's OutOfMemoryError for an allocation of size bytes on d's device that
+ * failed with st (call it on the failing thread, right after the failure: it reads
+ * vpmm_last_error for SIZE_TOO_LARGE): what was asked, on which device, why.
+ *   "CUDA out of memory. Tried to allocate 2.00 GiB (2147483648 bytes) on device 1. GPU 1 has a
+ *    total capacity of 79.19 GiB of which 1.02 GiB is free. vpmm: <why>"
+ * The capacity sentence only when device_total > 0 (the caller's cudaMemGetInfo of that device);
+ * <why> is vpmm's out-of-memory report (OUT_OF_MEMORY) or what was too large and the knob
+ * (SIZE_TOO_LARGE), and the memory fraction when one caps the device. Returns buf.
+ */
+const char *vta_oom_message(vta_device_t *d, size_t size, vpmm_status_t st, size_t device_total,
+                            size_t device_free, char *buf, size_t len);
+/* PyTorch's format_size: "512 bytes", "1.50 KiB", "2.00 MiB", "3.25 GiB". Returns buf. */
+const char *vta_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* ---- several devices (one vta_device_t per device, in a table) ------------------------------
+ *
+ * A process with several GPUs has one vta_device_t per device it used, in a table indexed by
+ * device: devs[i] is device i's state, NULL while it has none. Entries are read with acquire
+ * loads (__atomic_load_n), so one thread may publish a new device (__atomic_store_n, release)
+ * while others look pointers up. What PyTorch gives with a pointer — a DataPtr's device, a
+ * stream — may name another device than the one whose pool holds it: these functions go by the
+ * pool that holds the pointer. */
+
+/* The device whose pool holds ptr (any address inside it): its index, or -1. hint (a DataPtr's
+ * device; -1 for none) is asked first. *info (may be NULL) gets vpmm_pointer_info's answer. */
+int vta_owner(vta_device_t *const *devs, size_t n, const void *ptr, int hint,
+              vpmm_region_info_t *info);
+/* raw_delete: frees ptr on the pool that holds it, whatever device is current; the statistics
+ * fall on that device. *owner (may be NULL) gets its index, or -1: VPMM_ERROR_FOREIGN_POINTER
+ * when no pool holds ptr. *info (may be NULL) gets the allocation as it was. */
+vpmm_status_t vta_free_any(vta_device_t *const *devs, size_t n, void *ptr, int *owner,
+                           vpmm_region_info_t *info);
+/* recordStream: ptr is also used on stream, a stream of any device; recorded on the pool that
+ * holds ptr (hint: the DataPtr's device), not the stream's device's. A pointer no pool holds
+ * (another allocator's) is ignored: VPMM_SUCCESS with *owner = -1. *owner may be NULL. */
+vpmm_status_t vta_record_stream_any(vta_device_t *const *devs, size_t n, void *ptr, int hint,
+                                    vpmm_stream_t stream, int *owner);
+/* enablePeerAccess(peer, d's device)'s vpmm half: device `peer` gets read-write access to every
+ * byte d's pool maps, now and later (vpmm_pool_grant_access), recorded in d->peers. The pool's
+ * own device, or a peer granted before: nothing to do. vpmm's status and message otherwise
+ * (INVALID_ARGUMENT: no such device; NOT_SUPPORTED: no peer access between them). */
+vpmm_status_t vta_grant_peer(vta_device_t *d, int peer);
+
+/* setMemoryFraction: d's pool maps at most fraction * device_total bytes from now on
+ * (vpmm_set_max_bytes, rounded down to whole pages; a cap under one page, 0 included, is one
+ * page: vpmm's smallest); 1.0 lifts the cap. INVALID_ARGUMENT for a fraction outside [0, 1] or a
+ * device_total of 0 with a fraction under 1 (nothing changes). */
+vpmm_status_t vta_set_memory_fraction(vta_device_t *d, double fraction, size_t device_total);
+/* getMemoryFraction (1.0 until set). */
+double vta_memory_fraction(vta_device_t *d);
+
+/* ---- CUDA IPC (shareIpcHandle / getIpcDevPtr) ------------------------------------------------
+ *
+ * The handle PyTorch sends (ShareableHandle.handle) is the bytes vpmm_ipc_export writes for the
+ * allocation that holds the pointer; ShareableHandle.offset is the pointer's offset from that
+ * allocation's start. getIpcDevPtr returns the allocation's start in the consumer (what
+ * vpmm_ipc_open returns), so torch.multiprocessing's devPtr = base + offset is the byte the
+ * producer's pointer named (the storage's own data pointer: offset 0). */
+
+/* What a handle's bytes are. */
+typedef enum vta_ipc_kind {
+    VTA_IPC_VPMM = 0,               /* vpmm_ipc_export's (starts with "vpmmIPC1") */
+    VTA_IPC_NATIVE_CUDA_MALLOC = 1, /* PyTorch's own allocator, a cudaMalloc segment: version 2,
+                                       type 'c', a cudaIpcMemHandle_t (66 bytes) */
+    VTA_IPC_NATIVE_EXPANDABLE = 2,  /* PyTorch's own allocator with expandable_segments:True:
+                                       version 2, type 'e', a header and the segment's handles */
+    VTA_IPC_LEGACY = 3,             /* a bare cudaIpcMemHandle_t (64 bytes): PyTorch before 2.5, or
+                                       cudaIpcGetMemHandle's */
+    VTA_IPC_UNKNOWN = 4,            /* none of these */
+} vta_ipc_kind_t;
+vta_ipc_kind_t vta_ipc_kind(const void *bytes, size_t len);
+/* Why a handle that is not vpmm's cannot be opened, naming its format and what to do. Returns buf.
+ */
+const char *vta_ipc_refusal(const void *bytes, size_t len, char *buf, size_t cap);
+
+/*
+ * shareIpcHandle(ptr): exports the allocation of d's pool that holds ptr (vpmm_ipc_export: one
+ * share, which one open in another process takes over and its close ends; the memory is not
+ * reused, even once freed, until every share is over). *out gets the handle (malloc'd: the
+ * caller frees it), *len its length, *offset ptr - the allocation's start. Refused with vpmm's
+ * status and message: a pointer that is not in a live allocation (the statuses of vpmm_free), a
+ * graph pool's allocation (graph pools and MemPools are not shared), a pool whose memory cannot
+ * be exported (VPMM_ERROR_NOT_SUPPORTED: VPMM_IPC=0, or the device has no POSIX-descriptor
+ * handles).
+ */
+vpmm_status_t vta_ipc_export(vta_device_t *d, const void *ptr, unsigned char **out, size_t *len,
+                             size_t *offset);
+/*
+ * getIpcDevPtr(handle): maps another process's allocation on d's pool (vpmm_ipc_open: the same
+ * pages are mapped once however often opened) and returns its start. Each call is one open that
+ * one vta_ipc_close ends. VPMM_ERROR_INVALID_ARGUMENT for bytes that are not a vpmm handle
+ * (vta_ipc_refusal says what they are) or a stale one; vpmm's status and message otherwise
+ * (NOT_SUPPORTED when the system refuses to pass the descriptors).
+ */
+vpmm_status_t vta_ipc_open(vta_device_t *d, const void *handle, size_t len, void **out);
+/* The deleter of getIpcDevPtr's pointer: ends one vta_ipc_open of ptr (vpmm_ipc_close; the last
+ * one waits for the device, then unmaps). */
+vpmm_status_t vta_ipc_close(vta_device_t *d, void *ptr);
+/*
+ * Ends the share of one export that no open here will take over: the consumer already holds the
+ * same allocation open (torch.multiprocessing found the storage in its cache and made no
+ * getIpcDevPtr), so without this the producer's share count would never reach 0 and the memory
+ * would stay out of use until the producer's pool is destroyed. One vpmm_ipc_open and
+ * vpmm_ipc_close of the open allocation: no mapping, no wait. *released: 1 if a share was ended,
+ * 0 if the handle is not open on d (nothing done).
+ */
+vpmm_status_t vta_ipc_release(vta_device_t *d, const void *handle, size_t len, int *released);
+/* The IPC counters of d (any pointer may be NULL). */
+void vta_ipc_counts(vta_device_t *d, uint64_t *open_calls, uint64_t *close_calls,
+                    uint64_t *releases, size_t *open_now);
 
 /* ---- mempool ids ---------------------------------------------------------------------------- */
 

@@ -11,15 +11,31 @@
  * interface asks for (copies, peer access), and the allocators of MemPools created with their own
  * allocator (torch.cuda.MemPool(allocator), e.g. NCCL's for symmetric memory): allocations routed
  * to such a pool come from that allocator, one call each (vpmm cannot cache or remap memory it
- * does not own); the adapter counts them and shows them in snapshots. What PyTorch's interface
- * asks and vpmm cannot do is refused with a clear error naming it (IPC handles). Contracts and
- * call traces: INTERFACE.md.
+ * does not own); the adapter counts them and shows them in snapshots. Contracts and call traces:
+ * INTERFACE.md.
  *
- * Threads: any. The device table is created once by init(); a device's pool at its first use,
- * under a mutex; the routing list of a device under its own mutex (never held while vpmm works),
- * with an atomic count so that a malloc with nothing routed takes no lock; the MemPools' own
- * allocators and their live pointers under ext_lock_.
- * No iostreams (INTERFACE.md §5).
+ * Several devices: one vpmm pool per device, created by the device's first allocation (or by a
+ * peer grant or IPC open that needs it); a statistics query, cacheInfo or emptyCache on a device
+ * that has none creates nothing (no CUDA context on a device the program never used). A free,
+ * recordStream or shareIpcHandle goes to the pool that holds the pointer (vta_owner), whatever
+ * device or stream PyTorch names. enablePeerAccess(dev, to) also gives dev access to to's pool
+ * (vta_grant_peer): cudaDeviceEnablePeerAccess alone does not reach VMM memory.
+ *
+ * CUDA IPC: shareIpcHandle is vpmm_ipc_export of the allocation that holds the pointer (the
+ * offset from its start), getIpcDevPtr one vpmm_ipc_open on the current device's pool, whose
+ * shared_ptr's deleter is one vpmm_ipc_close (adapter: vta_ipc_*). Handles of PyTorch's native
+ * allocator are refused by name. Out-of-memory runs PyTorch's free-memory callbacks (its IPC
+ * collection frees blocks that consumers are done with) and retries once, as the native allocator
+ * does.
+ *
+ * Threads: any. The device table is created once by init(); a device's state and pool at its
+ * first use, under create_lock_, published with release stores and read with acquire loads (the
+ * adapter's table: torch_adapter.h); devices are never destroyed (PyTorch frees tensors until the
+ * process ends, as with its own allocator, a leaked static). The routing list of a device is under
+ * its own mutex (never held while vpmm works), with an atomic count so that a malloc with nothing
+ * routed takes no lock; the MemPools' own allocators and their live pointers under ext_lock_.
+ * No iostreams (INTERFACE.md §5): messages are built with cat() (std::string, snprintf), and every
+ * TORCH_CHECK gets one string, which c10 passes on without a stream.
  */
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -33,6 +49,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -40,6 +57,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -72,6 +90,39 @@ std::string status_text(vpmm_status_t st)
     return std::string(vpmm_status_name(st)) + " (" + vpmm_strerror(st) + "): " + vpmm_last_error();
 }
 
+/* cat(...): a message from strings, numbers and pointers, without iostreams. */
+void append(std::string &s, const char *x)
+{
+    s += x;
+}
+void append(std::string &s, const std::string &x)
+{
+    s += x;
+}
+void append(std::string &s, const void *p)
+{
+    char b[32];
+    std::snprintf(b, sizeof b, "%p", p);
+    s += b;
+}
+void append(std::string &s, double v)
+{
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    s += b;
+}
+template <typename T, typename std::enable_if<std::is_integral<T>::value, int>::type = 0>
+void append(std::string &s, T v)
+{
+    s += std::to_string(static_cast<long long>(v)); /* int8_t (DeviceIndex) as a number */
+}
+template <typename... A> std::string cat(const A &...a)
+{
+    std::string s;
+    (append(s, a), ...);
+    return s;
+}
+
 /* One CUDA device: its vpmm pool, the adapter's state over it, PyTorch's routing list. */
 struct Device {
     vpmm_pool_t *pool = nullptr;
@@ -79,8 +130,31 @@ struct Device {
     std::mutex routes_lock;
     std::vector<std::pair<MempoolId_t, std::function<bool(cudaStream_t)>>> routes;
     std::atomic<size_t> nroutes{ 0 }; /* routes.size(), read without the lock */
-    double fraction = 1.0;            /* setMemoryFraction's */
 };
+
+/* PyTorch's free-memory callbacks (FreeCudaMemoryCallbacksRegistry: torch.multiprocessing's
+ * "cuda_ipc_collect" frees the blocks other processes are done with), as the native allocator
+ * runs them before it gives up: whether any freed something. Called with no lock held (they free
+ * through raw_delete). */
+bool run_free_memory_callbacks()
+{
+    bool freed = false;
+    for (const auto &name : c10::FreeCudaMemoryCallbacksRegistry()->Keys())
+        freed |= c10::FreeCudaMemoryCallbacksRegistry()->Create(name)->Execute();
+    return freed;
+}
+
+/* The device's total and free memory (cudaMemGetInfo under a guard); {0, 0} if CUDA refuses. */
+std::pair<size_t, size_t> memory_info(c10::DeviceIndex dev)
+{
+    size_t free_b = 0, total_b = 0;
+    c10::cuda::CUDAGuard guard(dev);
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear it: the caller reports the OOM */
+        return { 0, 0 };
+    }
+    return { total_b, free_b };
+}
 
 /* A checkpoint of a mempool id's graph pool (getCheckpointState). */
 struct VpmmState : public AllocatorState {
@@ -99,13 +173,16 @@ class VpmmAllocator : public CUDAAllocator
     void init(int device_count) override
     {
         std::lock_guard<std::mutex> g(create_lock_);
-        if (devices_.empty())
-            devices_.resize(static_cast<size_t>(device_count));
-        initialized_ = true;
+        if (ndevices_ == 0 && device_count > 0) {
+            ndevices_ = static_cast<size_t>(device_count);
+            devs_ = new Device *[ndevices_](); /* never freed: see the head comment */
+            table_ = new vta_device_t *[ndevices_]();
+        }
+        initialized_.store(true, std::memory_order_release);
     }
     bool initialized() override
     {
-        return initialized_;
+        return initialized_.load(std::memory_order_acquire);
     }
     std::string name() override
     {
@@ -135,38 +212,40 @@ class VpmmAllocator : public CUDAAllocator
     {
         return nbytes == 0 ? nullptr : alloc_on(c10::cuda::current_device(), nbytes, stream);
     }
+    /* Frees ptr on the pool that holds it, whatever device is current (asked first: where most
+     * frees happen). */
     void raw_delete(void *ptr) override
     {
         if (ptr == nullptr)
             return;
         if (n_ext_.load(std::memory_order_relaxed) != 0 && free_external(ptr))
             return;
-        for (size_t i = 0; i < devices_.size(); i++) {
-            Device *d = devices_[i].get();
-            if (d && d->pool) {
-                vpmm_region_info_t info;
-                if (vpmm_pointer_info(d->pool, ptr, &info) == VPMM_SUCCESS) {
-                    history_.on_free(static_cast<c10::DeviceIndex>(i), ptr, info.size, info.stream);
-                    vpmm_status_t st = vta_free_known(&d->vta, ptr, &info);
-                    TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: invalid device pointer: ", ptr, ": ",
-                                status_text(st));
-                    return;
-                }
-            }
-        }
-        TORCH_CHECK(false, "vpmm: invalid device pointer: ", ptr, " (not allocated by vpmm)");
+        vpmm_region_info_t info;
+        int owner = vta_owner(table_, ndevices_, ptr, current_device_or(-1), &info);
+        TORCH_CHECK(owner >= 0, cat("vpmm: invalid device pointer: ", ptr,
+                                    " (not allocated by vpmm on any device)"));
+        history_.on_free(static_cast<c10::DeviceIndex>(owner), ptr, info.size, info.stream);
+        vpmm_status_t st = vta_free_known(table_[owner], ptr, &info);
+        TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: invalid device pointer: ", ptr, " (device ",
+                                            owner, "): ", status_text(st)));
     }
     void copy_data(void *dest, const void *src, std::size_t count) const override
     {
         C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
     }
+    /* Recorded on the pool that holds the pointer (the DataPtr's device asked first), not on the
+     * stream's device's: a stream of another device is vpmm's to order (its markers are events
+     * made on that stream's device). */
     void recordStream(const c10::DataPtr &ptr, c10::cuda::CUDAStream stream) override
     {
         if (!ptr.get() || ptr.get_deleter() != &vpmm_raw_delete)
             return; /* foreign memory: nothing to order (as the native allocator) */
-        Device &d = device(stream.device_index());
-        vpmm_status_t st = vta_record_stream(&d.vta, ptr.get(), stream.stream());
-        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: recordStream failed: ", status_text(st));
+        int owner = -1;
+        vpmm_status_t st = vta_record_stream_any(table_, ndevices_, ptr.get(), ptr.device().index(),
+                                                 stream.stream(), &owner);
+        TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: recordStream of ", ptr.get(), " (device ", owner,
+                                            ") with a stream of device ", stream.device_index(),
+                                            " failed: ", status_text(st)));
     }
 
     /* ---- memory pools (CUDA graphs, MemPool) ---- */
@@ -175,7 +254,7 @@ class VpmmAllocator : public CUDAAllocator
     {
         Device &d = device(dev);
         vpmm_status_t st = vta_pool_incref(&d.vta, to_vta(id)); /* a pool of either kind */
-        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: beginAllocateToPool failed: ", status_text(st));
+        TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: beginAllocateToPool failed: ", status_text(st)));
         std::lock_guard<std::mutex> g(d.routes_lock);
         for (auto &r : d.routes)
             TORCH_CHECK(r.first != id, "beginAllocateToPool: already recording to mempool_id");
@@ -207,7 +286,8 @@ class VpmmAllocator : public CUDAAllocator
     }
     int getPoolUseCount(c10::DeviceIndex dev, MempoolId_t id) override
     {
-        return static_cast<int>(vta_pool_use_count(&device(dev).vta, to_vta(id)));
+        Device *d = find(dev);
+        return d ? static_cast<int>(vta_pool_use_count(&d->vta, to_vta(id))) : 0;
     }
     void createOrIncrefPool(c10::DeviceIndex dev, MempoolId_t id,
                             std::shared_ptr<CUDAAllocator> allocator) override
@@ -215,16 +295,18 @@ class VpmmAllocator : public CUDAAllocator
         Device &d = device(dev);
         if (allocator == nullptr) {
             vpmm_status_t st = vta_pool_incref(&d.vta, to_vta(id));
-            TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: createOrIncrefPool failed: ", status_text(st));
+            TORCH_CHECK(st == VPMM_SUCCESS,
+                        cat("vpmm: createOrIncrefPool failed: ", status_text(st)));
             return;
         }
         /* A pool served by its own allocator (an id of one kind only). */
         std::lock_guard<std::mutex> g(ext_lock_);
         vpmm_status_t st = vta_pool_incref_external(&d.vta, to_vta(id));
-        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: createOrIncrefPool failed: ", status_text(st),
-                    st == VPMM_ERROR_INVALID_ARGUMENT
-                        ? " (the mempool id is already a pool without an allocator)"
-                        : "");
+        TORCH_CHECK(st == VPMM_SUCCESS,
+                    cat("vpmm: createOrIncrefPool failed: ", status_text(st),
+                        st == VPMM_ERROR_INVALID_ARGUMENT
+                            ? " (the mempool id is already a pool without an allocator)"
+                            : ""));
         pool_allocators_.emplace(std::make_pair(dev, id), std::move(allocator));
     }
     void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool) override
@@ -241,7 +323,8 @@ class VpmmAllocator : public CUDAAllocator
                                   const std::unordered_set<void *> &expected) override
     {
         std::vector<void *> ptrs(expected.begin(), expected.end());
-        int r = vta_pool_live_matches(&device(dev).vta, to_vta(id), ptrs.data(), ptrs.size());
+        Device *d = find(dev);
+        int r = d ? vta_pool_live_matches(&d->vta, to_vta(id), ptrs.data(), ptrs.size()) : -1;
         TORCH_CHECK(r >= 0, "Could not find pool of id");
         return r == 1;
     }
@@ -250,7 +333,7 @@ class VpmmAllocator : public CUDAAllocator
     {
         auto state = std::make_shared<VpmmState>();
         vpmm_status_t st = vta_checkpoint_take(&device(dev).vta, to_vta(id), &state->ck);
-        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: getCheckpointState failed: ", status_text(st));
+        TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: getCheckpointState failed: ", status_text(st)));
         state->device = dev;
         return state;
     }
@@ -263,7 +346,8 @@ class VpmmAllocator : public CUDAAllocator
         size_t nfreed = 0, nallocd = 0;
         vpmm_status_t st =
             vta_checkpoint_apply(&device(dev).vta, state->ck, &freed, &nfreed, &allocd, &nallocd);
-        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: setCheckpointPoolState failed: ", status_text(st));
+        TORCH_CHECK(st == VPMM_SUCCESS,
+                    cat("vpmm: setCheckpointPoolState failed: ", status_text(st)));
         CheckpointDelta delta;
         delta.ptrs_freed.assign(freed, freed + nfreed);
         for (size_t i = 0; i < nallocd; i++)
@@ -275,10 +359,14 @@ class VpmmAllocator : public CUDAAllocator
     }
 
     /* ---- statistics, cache, snapshot ---- */
+    /* A device with no pool yet has all-zero statistics (nothing is created to report them). */
     DeviceStats getDeviceStats(c10::DeviceIndex dev) override
     {
-        vta_stats_t s;
-        vta_get_stats(&device(dev).vta, &s);
+        check_index(dev);
+        vta_stats_t s{};
+        s.max_split_size = -1;
+        if (Device *d = find(dev))
+            vta_get_stats(&d->vta, &s);
         DeviceStats out;
         copy_array(out.allocation, s.allocation);
         copy_array(out.segment, s.segment);
@@ -301,11 +389,15 @@ class VpmmAllocator : public CUDAAllocator
     }
     void resetAccumulatedStats(c10::DeviceIndex dev) override
     {
-        vta_reset_accumulated(&device(dev).vta);
+        check_index(dev);
+        if (Device *d = find(dev))
+            vta_reset_accumulated(&d->vta);
     }
     void resetPeakStats(c10::DeviceIndex dev) override
     {
-        vta_reset_peak(&device(dev).vta);
+        check_index(dev);
+        if (Device *d = find(dev))
+            vta_reset_peak(&d->vta);
     }
     /* torch.cuda.empty_cache() ({0,0}): vpmm_trim of every device's pool. As the native
      * allocator waits for the work pending on the blocks it frees, a device with nothing routed
@@ -318,9 +410,9 @@ class VpmmAllocator : public CUDAAllocator
     {
         if (id != MempoolId_t{ 0, 0 })
             return;
-        for (size_t i = 0; i < devices_.size(); i++) {
-            Device *d = devices_[i].get();
-            if (!d || !d->pool)
+        for (size_t i = 0; i < ndevices_; i++) {
+            Device *d = find(static_cast<c10::DeviceIndex>(i));
+            if (!d)
                 continue;
             if (d->nroutes.load(std::memory_order_acquire) == 0) {
                 c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(i));
@@ -331,7 +423,8 @@ class VpmmAllocator : public CUDAAllocator
     }
     void cacheInfo(c10::DeviceIndex dev, size_t *largestBlock) override
     {
-        *largestBlock = vta_largest_free(&device(dev).vta);
+        Device *d = find(dev);
+        *largestBlock = d ? vta_largest_free(&d->vta) : 0;
     }
     void *getBaseAllocation(void *ptr, size_t *size) override
     {
@@ -344,32 +437,32 @@ class VpmmAllocator : public CUDAAllocator
                 return ptr;
             }
         }
-        for (auto &d : devices_) {
-            vpmm_region_info_t info;
-            if (d && d->pool && vpmm_pointer_info(d->pool, ptr, &info) == VPMM_SUCCESS) {
-                if (size)
-                    *size = info.size;
-                return reinterpret_cast<void *>(info.addr);
-            }
+        vpmm_region_info_t info;
+        if (vta_owner(table_, ndevices_, ptr, current_device_or(-1), &info) >= 0) {
+            if (size)
+                *size = info.size;
+            return reinterpret_cast<void *>(info.addr);
         }
-        TORCH_CHECK(false, "vpmm: getBaseAllocation: ", ptr, " is not vpmm memory");
+        TORCH_CHECK(false, cat("vpmm: getBaseAllocation: ", ptr, " is not vpmm memory"));
     }
     SnapshotInfo snapshot(MempoolId_t id, bool include_traces) override
     {
         SnapshotInfo info;
         const bool all = id.first == 0 && id.second == 0;
-        info.device_traces.resize(devices_.size());
+        info.device_traces.resize(ndevices_);
         if (include_traces)
             for (auto &e : history_.entries())
-                if (e.device_ >= 0 && static_cast<size_t>(e.device_) < devices_.size())
+                if (e.device_ >= 0 && static_cast<size_t>(e.device_) < ndevices_)
                     info.device_traces[static_cast<size_t>(e.device_)].push_back(std::move(e));
-        for (size_t i = 0; i < devices_.size(); i++) {
-            if (!devices_[i] || !devices_[i]->pool)
+        for (size_t i = 0; i < ndevices_; i++) {
+            Device *d = find(static_cast<c10::DeviceIndex>(i));
+            if (!d)
                 continue;
             vta_segment_t *segs = nullptr;
             size_t n = 0;
-            vpmm_status_t st = vta_snapshot(&devices_[i]->vta, to_vta(id), all, &segs, &n);
-            TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: snapshot failed: ", status_text(st));
+            vpmm_status_t st = vta_snapshot(&d->vta, to_vta(id), all, &segs, &n);
+            TORCH_CHECK(st == VPMM_SUCCESS,
+                        cat("vpmm: snapshot of device ", i, " failed: ", status_text(st)));
             for (size_t k = 0; k < n; k++) {
                 SegmentInfo seg;
                 seg.device = static_cast<c10::DeviceIndex>(i);
@@ -402,25 +495,25 @@ class VpmmAllocator : public CUDAAllocator
     /* ---- what vpmm does not do, or does as the native allocator does ---- */
     double getMemoryFraction(c10::DeviceIndex dev) override
     {
-        return device(dev).fraction;
+        check_index(dev);
+        Device *d = find(dev);
+        return d ? vta_memory_fraction(&d->vta) : 1.0;
     }
-    /* The fraction of the device's total memory vpmm may map (vpmm_set_max_bytes). */
+    /* The fraction of that device's total memory its pool may map (vpmm_set_max_bytes). */
     void setMemoryFraction(double fraction, c10::DeviceIndex dev) override
     {
-        TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "invalid fraction:", fraction,
-                    ". Please set within [0, 1].");
+        TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0,
+                    cat("invalid fraction:", fraction, ". Please set within [0, 1]."));
         Device &d = device(dev);
-        size_t cap = 0;
+        size_t total_b = 0;
         if (fraction < 1.0) {
+            size_t free_b = 0;
             c10::cuda::CUDAGuard guard(dev);
-            size_t free_b = 0, total_b = 0;
             C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-            cap = static_cast<size_t>(fraction * static_cast<double>(total_b));
         }
-        vpmm_status_t st = vpmm_set_max_bytes(d.pool, cap);
-        TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: memory fraction ", fraction,
-                    " is too small for vpmm (less than one page): ", status_text(st));
-        d.fraction = fraction;
+        vpmm_status_t st = vta_set_memory_fraction(&d.vta, fraction, total_b);
+        TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: setting device ", dev, "'s memory fraction to ",
+                                            fraction, " failed: ", status_text(st)));
     }
     std::vector<StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex) override
     {
@@ -434,15 +527,64 @@ class VpmmAllocator : public CUDAAllocator
     {
         return enabled_;
     }
-    ShareableHandle shareIpcHandle(void *) override
+    /*
+     * A handle another process opens with getIpcDevPtr: vpmm_ipc_export's bytes for the
+     * allocation that holds ptr, and ptr's offset from its start (torch.multiprocessing passes the
+     * storage's own pointer: offset 0). Each call counts one share in vpmm (its memory is not
+     * reused until every share is over), which the consumer's getIpcDevPtr takes over and its
+     * deleter ends — or, when the consumer finds the storage in its cache and opens nothing,
+     * vpmm.torch's rebuild hook ends it (vpmm_torch_backend_ipc_release).
+     */
+    ShareableHandle shareIpcHandle(void *ptr) override
     {
-        TORCH_CHECK(false,
-                    "vpmm: CUDA IPC of vpmm memory is not supported yet (sharing tensors between "
-                    "processes needs cuMemExportToShareableHandle)");
+        if (n_ext_.load(std::memory_order_relaxed) != 0 && is_external(ptr))
+            TORCH_CHECK(false, cat("vpmm: cannot share the CUDA memory at ", ptr,
+                                   " with another process: it belongs to a MemPool with its own "
+                                   "allocator, which vpmm does not manage"));
+        vpmm_region_info_t info;
+        int owner = vta_owner(table_, ndevices_, ptr, current_device_or(-1), &info);
+        TORCH_CHECK(owner >= 0, cat("vpmm: shareIpcHandle: invalid device pointer: ", ptr,
+                                    " (not allocated by vpmm on any device)"));
+        unsigned char *bytes = nullptr;
+        size_t len = 0, offset = 0;
+        vpmm_status_t st = vta_ipc_export(table_[owner], ptr, &bytes, &len, &offset);
+        TORCH_CHECK(st == VPMM_SUCCESS,
+                    cat("vpmm: cannot share the CUDA memory at ", ptr, " (device ", owner,
+                        ") with another process: ", status_text(st)));
+        ShareableHandle h;
+        h.offset = static_cast<ptrdiff_t>(offset);
+        h.handle.assign(reinterpret_cast<const char *>(bytes), len);
+        std::free(bytes);
+        return h;
     }
-    std::shared_ptr<void> getIpcDevPtr(std::string) override
+    /*
+     * Maps another process's allocation on the current device's pool (torch.multiprocessing sets
+     * it to the producer's device index) and returns its start; one vpmm_ipc_open per call (the
+     * same pages are mapped once), one vpmm_ipc_close per deleter. Handles of PyTorch's own
+     * allocator, or of none, are refused by name.
+     */
+    std::shared_ptr<void> getIpcDevPtr(std::string handle) override
     {
-        TORCH_CHECK(false, "vpmm: CUDA IPC of vpmm memory is not supported yet");
+        const c10::DeviceIndex dev = c10::cuda::current_device();
+        if (vta_ipc_kind(handle.data(), handle.size()) != VTA_IPC_VPMM) {
+            char why[1024];
+            vta_ipc_refusal(handle.data(), handle.size(), why, sizeof why);
+            TORCH_CHECK(false,
+                        cat("vpmm: cannot open a CUDA IPC handle on device ", dev, ": ", why));
+        }
+        Device &d = device(dev);
+        void *p = nullptr;
+        vpmm_status_t st = vta_ipc_open(&d.vta, handle.data(), handle.size(), &p);
+        TORCH_CHECK(st == VPMM_SUCCESS,
+                    cat("vpmm: cannot open the CUDA IPC handle of another process on device ", dev,
+                        ": ", status_text(st)));
+        vta_device_t *v = &d.vta; /* devices live until the process ends */
+        return std::shared_ptr<void>(p, [v](void *q) {
+            vpmm_status_t s = vta_ipc_close(v, q);
+            if (s != VPMM_SUCCESS) /* a deleter must not throw */
+                std::fprintf(stderr, "vpmm: closing the CUDA IPC mapping at %p failed: %s\n", q,
+                             status_text(s).c_str());
+        });
     }
     bool isHistoryEnabled() override
     {
@@ -463,16 +605,35 @@ class VpmmAllocator : public CUDAAllocator
     {
         /* PyTorch-internal (its memory profiler's); vpmm keeps no trace of that kind. */
     }
+    /*
+     * PyTorch asks this before its first copy from dev to dev_to_access (the copy runs on dev's
+     * stream and writes dev_to_access's memory). cudaDeviceEnablePeerAccess covers cudaMalloc
+     * memory (other allocators', legacy IPC); vpmm's memory is mapped with cuMemMap and reachable
+     * from dev only once dev_to_access's pool gives it access — to every page mapped now and
+     * later (vpmm_pool_grant_access; the pool is created here if that device has none yet).
+     */
     void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override
     {
-        c10::cuda::CUDAGuard guard(dev);
-        cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
-        if (err == cudaErrorPeerAccessAlreadyEnabled) {
-            (void)cudaGetLastError(); /* clear it */
-            return;
+        {
+            c10::cuda::CUDAGuard guard(dev);
+            cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+            if (err == cudaErrorPeerAccessAlreadyEnabled)
+                (void)cudaGetLastError(); /* clear it: already enabled is what was asked */
+            else
+                C10_CUDA_CHECK(err);
         }
-        C10_CUDA_CHECK(err);
+        Device &to = device(dev_to_access);
+        vpmm_status_t st = vta_grant_peer(&to.vta, dev);
+        TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: giving device ", dev, " access to device ",
+                                            dev_to_access, "'s memory failed: ", status_text(st)));
     }
+    /*
+     * A copy between two devices (or within one): cudaMemcpyAsync when one device may reach the
+     * other's memory (p2p_enabled: PyTorch called enablePeerAccess for this pair, so the copying
+     * device has access to vpmm's pages on the other) or both are the same device; otherwise
+     * cudaMemcpyPeerAsync, which moves memory between devices without mappings (the native
+     * allocator does the same for its VMM memory, expandable segments).
+     */
     cudaError_t memcpyAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
                             cudaStream_t stream, bool p2p_enabled) override
     {
@@ -481,12 +642,16 @@ class VpmmAllocator : public CUDAAllocator
         return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
     }
 
-    /* For the Python side (vpmm_torch_backend_*): the device's pool, or nullptr. */
+    /* For the Python side (vpmm_torch_backend_*): the device's pool and state, or nullptr. */
     vpmm_pool_t *pool_of(int dev)
     {
-        if (dev < 0 || static_cast<size_t>(dev) >= devices_.size() || !devices_[dev])
-            return nullptr;
-        return devices_[dev]->pool;
+        Device *d = dev >= 0 && dev <= 127 ? find(static_cast<c10::DeviceIndex>(dev)) : nullptr;
+        return d ? d->pool : nullptr;
+    }
+    vta_device_t *vta_of(int dev)
+    {
+        Device *d = dev >= 0 && dev <= 127 ? find(static_cast<c10::DeviceIndex>(dev)) : nullptr;
+        return d ? &d->vta : nullptr;
     }
 
   private:
@@ -503,25 +668,67 @@ class VpmmAllocator : public CUDAAllocator
         out.freed = in.freed;
     }
 
+    void check_index(c10::DeviceIndex dev) const
+    {
+        TORCH_CHECK(ready() && dev >= 0 && static_cast<size_t>(dev) < ndevices_,
+                    cat("vpmm: device ", dev, " is out of range or not initialised (", ndevices_,
+                        " devices)"));
+    }
+    bool ready() const
+    {
+        return initialized_.load(std::memory_order_acquire);
+    }
+
+    /* The device's state if it has a pool, else nullptr (creates nothing). */
+    Device *find(c10::DeviceIndex dev) const
+    {
+        if (dev < 0 || static_cast<size_t>(dev) >= ndevices_ || devs_ == nullptr)
+            return nullptr;
+        return __atomic_load_n(&devs_[dev], __ATOMIC_ACQUIRE);
+    }
+
+    /* The current device, or fallback when CUDA cannot say (a hint only). */
+    static int current_device_or(int fallback)
+    {
+        int dev = -1;
+        if (cudaGetDevice(&dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return fallback;
+        }
+        return dev;
+    }
+
     /* The device's state, its pool created at its first use. */
     Device &device(c10::DeviceIndex dev)
     {
-        TORCH_CHECK(initialized_ && dev >= 0 && static_cast<size_t>(dev) < devices_.size(),
-                    "vpmm: device ", static_cast<int>(dev), " is out of range or not initialised");
-        std::unique_ptr<Device> &slot = devices_[static_cast<size_t>(dev)];
+        check_index(dev);
+        if (Device *d = find(dev))
+            return *d;
         std::lock_guard<std::mutex> g(create_lock_);
-        if (!slot) {
-            auto d = std::make_unique<Device>();
-            vpmm_config_t cfg;
-            vpmm_config_init(&cfg); /* the CUDA backend: vpmm's default */
-            cfg.device = dev;
-            vpmm_status_t st = vpmm_pool_create(&cfg, &d->pool);
-            TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: creating the pool of device ",
-                        static_cast<int>(dev), " failed: ", status_text(st));
-            TORCH_CHECK(vta_device_init(&d->vta, d->pool, dev) == 0, "vpmm: out of host memory");
-            slot = std::move(d);
+        if (Device *d = find(dev))
+            return *d;
+        auto d = std::make_unique<Device>();
+        vpmm_config_t cfg;
+        vpmm_config_init(&cfg); /* the CUDA backend: vpmm's default */
+        cfg.device = dev;
+        vpmm_status_t st = vpmm_pool_create(&cfg, &d->pool);
+        TORCH_CHECK(st == VPMM_SUCCESS,
+                    cat("vpmm: creating the pool of device ", dev, " failed: ", status_text(st)));
+        if (vta_device_init(&d->vta, d->pool, dev) != 0) {
+            (void)vpmm_pool_destroy(d->pool);
+            TORCH_CHECK(false, "vpmm: out of host memory");
         }
-        return *slot;
+        Device *raw = d.release(); /* never freed: see the head comment */
+        __atomic_store_n(&table_[dev], &raw->vta, __ATOMIC_RELEASE);
+        __atomic_store_n(&devs_[dev], raw, __ATOMIC_RELEASE);
+        return *raw;
+    }
+
+    /* Whether ptr is a live allocation of a MemPool's own allocator. */
+    bool is_external(void *ptr)
+    {
+        std::lock_guard<std::mutex> g(ext_lock_);
+        return ext_ptrs_.find(ptr) != ext_ptrs_.end();
     }
 
     /* The mempool id PyTorch's filters route this stream to ({0,0}: none), newest first. */
@@ -547,18 +754,17 @@ class VpmmAllocator : public CUDAAllocator
         }
         void *p = a->raw_alloc_with_stream(n, stream);
         if (p == nullptr) {
-            std::string msg = "CUDA out of memory. Tried to allocate " + std::to_string(n) +
-                              " bytes on device " + std::to_string(dev) +
-                              ": the MemPool's own "
-                              "allocator (" +
-                              a->name() + ") returned no memory";
+            std::string msg =
+                cat("CUDA out of memory. Tried to allocate ", n, " bytes on device ", dev,
+                    ": the MemPool's own allocator (", a->name(), ") returned no memory");
             TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
         }
         std::lock_guard<std::mutex> g(ext_lock_);
         vpmm_status_t st = vta_external_add(&d.vta, to_vta(id), p, n, stream);
         if (st != VPMM_SUCCESS) {
             a->raw_delete(p);
-            TORCH_CHECK(false, "vpmm: counting a MemPool allocation failed: ", status_text(st));
+            TORCH_CHECK(false,
+                        cat("vpmm: counting a MemPool allocation failed: ", status_text(st)));
         }
         ext_ptrs_.emplace(p, External{ std::move(a), dev, n, stream });
         n_ext_.fetch_add(1, std::memory_order_relaxed);
@@ -587,6 +793,14 @@ class VpmmAllocator : public CUDAAllocator
         return true;
     }
 
+    /*
+     * An allocation on device dev. A failure about size (the device or the cap had no room, or
+     * more than vpmm reserves at once) is PyTorch's OutOfMemoryError, as the native allocator's:
+     * PyTorch's free-memory callbacks run first (torch.multiprocessing frees the blocks other
+     * processes are done with) and the allocation is retried once if they freed anything; then
+     * the history's OOM entry, the OOM observers (no lock held) and the error, whose text says
+     * what was asked, on which device, and why (vta_oom_message).
+     */
     void *alloc_on(c10::DeviceIndex dev, size_t n, cudaStream_t stream)
     {
         Device &d = device(dev);
@@ -601,28 +815,46 @@ class VpmmAllocator : public CUDAAllocator
             history_.on_alloc(dev, p, n, stream, id);
             return p;
         }
-        if (st == VPMM_ERROR_OUT_OF_MEMORY) {
-            char msg[2048];
-            vta_oom_message(&d.vta, n, msg, sizeof msg);
-            size_t free_b = 0, total_b = 0;
-            (void)cudaMemGetInfo(&free_b, &total_b);
-            history_.on_oom(dev, n, free_b, stream);
-            std::vector<OutOfMemoryObserver> obs;
-            {
-                std::lock_guard<std::mutex> g(observers_lock_);
-                obs = observers_;
+        TORCH_CHECK(vta_is_oom(st), cat("vpmm: allocating ", n, " bytes on device ", dev,
+                                        " failed: ", status_text(st)));
+        char msg[3072];
+        auto mem = memory_info(dev); /* {total, free} */
+        /* Right after the failure: the text reads this thread's vpmm_last_error. */
+        vta_oom_message(&d.vta, n, st, mem.first, mem.second, msg, sizeof msg);
+        if (st == VPMM_ERROR_OUT_OF_MEMORY && run_free_memory_callbacks()) {
+            vta_oom_retried(&d.vta);
+            st = vta_malloc(&d.vta, n, stream, to_vta(id), &p);
+            if (st == VPMM_SUCCESS) {
+                history_.on_alloc(dev, p, n, stream, id);
+                return p;
             }
-            for (auto &o : obs)
-                o(dev, n, total_b, free_b);
-            TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+            TORCH_CHECK(vta_is_oom(st), cat("vpmm: allocating ", n, " bytes on device ", dev,
+                                            " failed: ", status_text(st)));
+            mem = memory_info(dev);
+            vta_oom_message(&d.vta, n, st, mem.first, mem.second, msg, sizeof msg);
         }
-        TORCH_CHECK(false, "vpmm: allocating ", n, " bytes on device ", static_cast<int>(dev),
-                    " failed: ", status_text(st));
+        history_.on_oom(dev, n, mem.second, stream);
+        std::vector<OutOfMemoryObserver> obs;
+        {
+            std::lock_guard<std::mutex> g(observers_lock_);
+            obs = observers_;
+        }
+        /* As the native allocator: the allowed maximum when a fraction caps the device. */
+        const double fraction = vta_memory_fraction(&d.vta);
+        const size_t allowed = fraction < 1.0
+                                   ? static_cast<size_t>(fraction * static_cast<double>(mem.first))
+                                   : mem.first;
+        for (auto &o : obs)
+            o(dev, static_cast<int64_t>(n), static_cast<int64_t>(allowed),
+              static_cast<int64_t>(mem.second));
+        TORCH_CHECK_WITH(OutOfMemoryError, false, std::string(msg));
     }
 
     std::mutex create_lock_;
-    std::vector<std::unique_ptr<Device>> devices_;
-    bool initialized_ = false;
+    size_t ndevices_ = 0;            /* init()'s device count; fixed from then on */
+    Device **devs_ = nullptr;        /* [ndevices_], published with release stores */
+    vta_device_t **table_ = nullptr; /* the same devices' adapter state (vta_owner's table) */
+    std::atomic<bool> initialized_{ false };
     bool enabled_ = true;
     std::mutex observers_lock_;
     std::vector<OutOfMemoryObserver> observers_;
@@ -713,11 +945,39 @@ __attribute__((visibility("default"))) long vpmm_torch_backend_stats_json(int de
                                                                           size_t cap)
 {
     vpmm_pool_t *pool = g_allocator ? g_allocator->pool_of(device) : nullptr;
+    vta_device_t *v = g_allocator ? g_allocator->vta_of(device) : nullptr;
     vpmm_stats_t s;
-    if (pool == nullptr || vpmm_get_stats(pool, &s) != VPMM_SUCCESS)
+    if (pool == nullptr || v == nullptr || vpmm_get_stats(pool, &s) != VPMM_SUCCESS)
         return -1;
+    /* The adapter's side: its IPC opens and closes, the shares it ended for cached receives, the
+     * memory fraction, the devices it gave access to this pool. */
+    uint64_t opens = 0, closes = 0, releases = 0;
+    size_t now = 0;
+    vta_ipc_counts(v, &opens, &closes, &releases, &now);
+    char extra[256];
+    std::snprintf(extra, sizeof extra,
+                  "\"ipc_open_calls\":%llu,\"ipc_close_calls\":%llu,\"ipc_releases\":%llu,"
+                  "\"ipc_open_now\":%zu,\"memory_fraction\":%.6g",
+                  static_cast<unsigned long long>(opens), static_cast<unsigned long long>(closes),
+                  static_cast<unsigned long long>(releases), now, vta_memory_fraction(v));
     return static_cast<long>(
-        vpmm_stats_json(&s, device, vpmm_pool_backend_name(pool), nullptr, buf, cap));
+        vpmm_stats_json(&s, device, vpmm_pool_backend_name(pool), extra, buf, cap));
+}
+
+/*
+ * Ends the share of one IPC send that the consumer found in torch.multiprocessing's cache (it
+ * holds the same allocation open already, so no getIpcDevPtr takes that share over): 1 if a share
+ * was ended, 0 if the handle is not open on that device here, -1 on an error or without a pool.
+ * vpmm.torch's wrapper of rebuild_cuda_tensor calls it.
+ */
+__attribute__((visibility("default"))) int
+vpmm_torch_backend_ipc_release(int device, const void *handle, size_t len)
+{
+    vta_device_t *v = g_allocator ? g_allocator->vta_of(device) : nullptr;
+    int released = 0;
+    if (v == nullptr || handle == nullptr)
+        return -1;
+    return vta_ipc_release(v, handle, len, &released) == VPMM_SUCCESS ? released : -1;
 }
 
 } // extern "C"

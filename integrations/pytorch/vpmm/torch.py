@@ -8,8 +8,25 @@ gets its memory from vpmm (one pool per device, created by the device's first al
 PyTorch's own memory API works on it: torch.cuda.memory_stats(), memory_allocated(),
 max_memory_reserved(), reset_peak_memory_stats(), empty_cache() (gives free pages back),
 set_per_process_memory_fraction() (caps what vpmm maps), memory._snapshot(),
-memory._record_memory_history(), torch.OutOfMemoryError with vpmm's report, Tensor.record_stream,
-torch.cuda.graph(pool=...), graph_pool_handle(), torch.compile(mode="reduce-overhead").
+memory._record_memory_history(), torch.OutOfMemoryError with vpmm's report (also for a request
+larger than vpmm's address range: "CUDA out of memory. Tried to allocate ... on device N"),
+Tensor.record_stream, torch.cuda.graph(pool=...), graph_pool_handle(),
+torch.compile(mode="reduce-overhead").
+
+Several GPUs in one process work as with PyTorch's own allocator: copies between devices
+(a.to("cuda:1"), copy_ of non-contiguous views — PyTorch's enablePeerAccess also gives the
+copying device access to the other device's vpmm pool), a tensor freed while another device is
+current, record_stream with a stream of another device, and every statistic, empty_cache, memory
+fraction and OutOfMemoryError per device (the functions below take device=).
+
+CUDA tensors travel between processes through torch.multiprocessing (CUDA IPC): the handle is
+vpmm's (vpmm_ipc_export), the consumer maps the same memory (vpmm_ipc_open). Both processes must
+run vpmm (enable() in each, or VPMM_TORCH_ENABLE=1 with autoenable/ on PYTHONPATH: the consumer
+refuses handles of PyTorch's own allocator, naming their format). vpmm keeps a shared block's
+memory out of use until every process that opened it closed it; enable() also wraps
+torch.multiprocessing's rebuild of CUDA tensors so that a tensor received again while the first
+copy lives (PyTorch then opens nothing) ends its share at once — without that the producer would
+keep the block's memory until it exits.
 
 The allocator is libvpmm_torch_backend.so, built by the repository's CMake where PyTorch is
 installed (integrations/pytorch/vpmm_cuda_allocator.cpp). enable() looks for it, in order: its
@@ -56,6 +73,9 @@ def _load(library):
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
+        if not hasattr(lib, "vpmm_torch_backend_ipc_release"):
+            tried.append("%s (an older build of the backend than this package: rebuild it)" % path)
+            continue
         lib.vpmm_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.vpmm_torch_backend_install.restype = ctypes.c_int
         lib.vpmm_torch_backend_trim.argtypes = [ctypes.c_int, ctypes.c_size_t]
@@ -67,6 +87,9 @@ def _load(library):
         lib.vpmm_torch_backend_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p,
                                                       ctypes.c_size_t]
         lib.vpmm_torch_backend_stats_json.restype = ctypes.c_long
+        lib.vpmm_torch_backend_ipc_release.argtypes = [ctypes.c_int, ctypes.c_char_p,
+                                                       ctypes.c_size_t]
+        lib.vpmm_torch_backend_ipc_release.restype = ctypes.c_int
         return lib, path
     raise RuntimeError(
         "vpmm.torch: cannot load %s; build it with cmake where PyTorch is installed "
@@ -97,6 +120,56 @@ def enable(library=None):
     if lib.vpmm_torch_backend_install(err, len(err)) != 0:
         raise RuntimeError("vpmm.torch.enable(): " + err.value.decode(errors="replace"))
     _lib, _lib_path = lib, path
+    _wrap_rebuild_cuda_tensor()
+
+
+_IPC_MAGIC = b"vpmmIPC1"  # the first bytes of a vpmm IPC handle (vpmm_ipc_export)
+
+
+def _wrap_rebuild_cuda_tensor():
+    """Wraps torch.multiprocessing.reductions.rebuild_cuda_tensor (the consumer's side of CUDA IPC)
+    so that every vpmm share the producer counted is ended once.
+
+    The producer counts one share per send (shareIpcHandle: vpmm_ipc_export); the consumer's
+    getIpcDevPtr takes one over and its deleter ends it. When the consumer still holds the storage
+    of an earlier send of the same block, PyTorch finds it in its cache and opens nothing (it only
+    gives back its own reference count): the wrapper then ends that send's share
+    (vpmm_torch_backend_ipc_release: one open and close of the block already open here, no
+    mapping, no wait). The wrapper keeps the original's name and module, so a process without vpmm
+    that unpickles a tensor gets PyTorch's own function."""
+    try:
+        from torch.multiprocessing import reductions
+    except ImportError:  # a PyTorch without multiprocessing: nothing to wrap
+        return
+    orig = getattr(reductions, "rebuild_cuda_tensor", None)
+    if orig is None or getattr(orig, "_vpmm_wrapped", False):
+        return
+
+    def rebuild_cuda_tensor(*args, **kwargs):
+        # (tensor_cls, size, stride, offset, storage_cls, dtype, storage_device, storage_handle,
+        #  storage_size_bytes, storage_offset_bytes, ...): PyTorch 2.x's positional arguments
+        cached = None
+        if len(args) >= 10 and not kwargs:
+            storage_cls, device, handle = args[4], args[6], args[7]
+            size_bytes, offset_bytes = args[8], args[9]
+            if (isinstance(handle, bytes) and handle[:len(_IPC_MAGIC)] == _IPC_MAGIC
+                    and size_bytes):
+                cached = reductions.storage_from_cache(storage_cls, (handle, offset_bytes))
+                if cached is not None:  # kept alive until PyTorch has found it too
+                    dev = device.index if hasattr(device, "index") else int(device)
+                    _lib.vpmm_torch_backend_ipc_release(dev, handle, len(handle))
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            del cached
+
+    rebuild_cuda_tensor.__module__ = orig.__module__
+    rebuild_cuda_tensor.__qualname__ = orig.__qualname__
+    rebuild_cuda_tensor.__name__ = orig.__name__
+    rebuild_cuda_tensor.__doc__ = orig.__doc__
+    rebuild_cuda_tensor._vpmm_wrapped = True
+    rebuild_cuda_tensor._vpmm_original = orig
+    reductions.rebuild_cuda_tensor = rebuild_cuda_tensor
 
 
 def is_enabled():
@@ -127,7 +200,10 @@ def _no_pool(device):
 
 def stats(device=None):
     """vpmm's own statistics of the device's pool (vpmm_stats_t's fields, as a dict): mapped and
-    live bytes and their peaks, free and hole bytes, defragmentation counters, graph pools..."""
+    live bytes and their peaks, free and hole bytes, defragmentation counters, graph pools; the
+    devices given access to it (peers, peer_devices, peer_grants); CUDA IPC (ipc_shared: blocks
+    other processes may still map, ipc_exports, ipc_imports, ipc_imported_bytes; and the
+    backend's ipc_open_calls, ipc_close_calls, ipc_open_now, ipc_releases); memory_fraction."""
     dev = _device(device)
     cap = 4096
     while True:
