@@ -604,6 +604,16 @@ vpmm_status_t vpmm_ipc_export(vpmm_pool_t *pool, const void *ptr, void *buf, siz
                               size_t *out_len);
 
 /*
+ * Ends every share of the allocation at ptr that no vpmm_ipc_close has ended yet, for a caller
+ * that knows no other process uses the memory any more: then vpmm_free is an ordinary free.
+ * PyTorch is one: it frees a shared block only once every consumer has released it, and a
+ * consumer that receives the same tensor again opens nothing, which would leave that export's
+ * share open. Later closes of those shares end nothing. Statuses of vpmm_free for a bad pointer;
+ * an allocation never exported: nothing to do. Threads: any.
+ */
+vpmm_status_t vpmm_ipc_unshare(vpmm_pool_t *pool, const void *ptr);
+
+/*
  * Maps the memory a handle of another process describes (len bytes at handle) and returns the
  * allocation's address in *out_ptr, usable by the pool's device and by its peers. The same pages
  * opened again map nothing new (the pointer is the same). VPMM_ERROR_INVALID_ARGUMENT for bytes

@@ -276,6 +276,46 @@ static void test_importer_closes_first(void **state)
     tpool_close(&a);
 }
 
+/* vpmm_ipc_unshare: the shares not closed end at once (the caller knows nobody uses the memory);
+ * the free is ordinary, a later close ends nothing of the next use of the slot, and the handle is
+ * stale. */
+static void test_unshare(void **state)
+{
+    tpool_t a, b;
+    handle_t h, h2;
+    void *p, *q, *r;
+    (void)state;
+    open_two(&a, &b);
+    p = tmalloc(a.pool, 4 * MiB, NULL);
+    h = export_ok(&a, p);
+    (void)export_ok(&a, p); /* a second share, never opened (a consumer's cache hit) */
+    q = open_ok(&b, &h);
+    assert_int_equal(vpmm_ipc_unshare(a.pool, p), VPMM_SUCCESS);
+    CHECK_POOL(a.pool);
+    tfree(a.pool, p);
+    assert_int_equal(tstats(a.pool).ipc_shared, 0); /* ordinary: the slot went back */
+    r = tmalloc(a.pool, 4 * MiB, NULL);
+    assert_ptr_equal(r, p);
+    h2 = export_ok(&a, r); /* the slot's next use */
+    close_ok(&b, q);       /* ends nothing of r's share */
+    assert_int_equal(tstats(a.pool).ipc_shared, 1);
+    {
+        void *q2 = open_ok(&b, &h2);
+        close_ok(&b, q2);
+    }
+    assert_int_equal(vpmm_ipc_open(b.pool, h.b, h.len, &q), VPMM_ERROR_INVALID_ARGUMENT);
+    /* Bad pointers and a never-exported allocation. */
+    assert_int_equal(vpmm_ipc_unshare(a.pool, (char *)r + 256), VPMM_ERROR_INTERIOR_POINTER);
+    assert_int_equal(vpmm_ipc_unshare(NULL, r), VPMM_ERROR_INVALID_ARGUMENT);
+    tfree(a.pool, r);
+    assert_int_equal(vpmm_ipc_unshare(a.pool, r), VPMM_ERROR_DOUBLE_FREE);
+    r = tmalloc(a.pool, 1 * MiB, NULL);
+    assert_int_equal(vpmm_ipc_unshare(a.pool, r), VPMM_SUCCESS);
+    tfree(a.pool, r);
+    tpool_close(&b);
+    tpool_close(&a);
+}
+
 /* 10,000 shares of one allocation, then 1,000 allocations shared once each: descriptors stay put
  * (the exporter keeps one per handle while the handle lives; the importer keeps none). */
 static void test_many_shares_no_descriptor_growth(void **state)
@@ -687,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_neighbours_share_a_mapping),
         cmocka_unit_test(test_exporter_frees_first),
         cmocka_unit_test(test_importer_closes_first),
+        cmocka_unit_test(test_unshare),
         cmocka_unit_test(test_many_shares_no_descriptor_growth),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_not_exportable),

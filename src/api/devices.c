@@ -68,6 +68,24 @@ vpmm_status_t vpmm_ipc_export(vpmm_pool_t *pool, const void *ptr, void *buf, siz
     return st;
 }
 
+vpmm_status_t vpmm_ipc_unshare(vpmm_pool_t *pool, const void *ptr)
+{
+    vpmm_region_t *r;
+    vpmm_status_t st = VPMM_SUCCESS;
+    if (pool == NULL || ptr == NULL) {
+        vpmm_i_set_error("vpmm_ipc_unshare: %s is NULL", pool == NULL ? "pool" : "ptr");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_lock(pool);
+    r = vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr);
+    if (r == NULL)
+        st = vpmm_i_bad_pointer(pool, (void *)ptr, "vpmm_ipc_unshare");
+    else
+        vpmm_i_share_end_all(pool, r);
+    vpmm_i_unlock(pool);
+    return st;
+}
+
 vpmm_status_t vpmm_ipc_open(vpmm_pool_t *pool, const void *handle, size_t len, void **out_ptr)
 {
     vpmm_status_t st;

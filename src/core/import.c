@@ -225,14 +225,15 @@ static vpmm_status_t use_map(int pidfd, const parsed_t *x, import_use_t *u)
     u->slot = x->h.slot;
     u->gen = x->h.gen;
     u->opens = 0;
-    if (u->count->gen != x->h.gen ||
-        atomic_load_explicit(&u->count->count, memory_order_acquire) == 0) {
+    {
+        uint64_t w = atomic_load_explicit(&u->count->word, memory_order_acquire);
+        if (VPMM_SHARE_GEN(w) == x->h.gen && VPMM_SHARE_COUNT(w) > 0)
+            return VPMM_SUCCESS;
         use_unmap(u);
         vpmm_i_set_error("vpmm_ipc_open: the handle is stale: its share is over (each export "
                          "is opened once; the exporter may have reused the memory)");
         return VPMM_ERROR_INVALID_ARGUMENT;
     }
-    return VPMM_SUCCESS;
 }
 
 static import_use_t *use_find(vpmm_import_t *m, uint64_t offset, uint32_t slot, uint32_t gen)
@@ -419,7 +420,7 @@ vpmm_status_t vpmm_i_import_close(vpmm_pool_t *p, void *ptr)
     }
     if (u->opens == 1 && m->nuses == 1) /* the mapping's last open: the GPU must be done */
         VPMM_CHECK(vpmm_i_drv_status(p, p->drv->synchronize(p->drv)));
-    (void)vpmm_i_share_end(u->count);
+    (void)vpmm_i_share_end(u->count, u->gen);
     if (--u->opens > 0)
         return VPMM_SUCCESS;
     use_unmap(u);

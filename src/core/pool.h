@@ -100,11 +100,14 @@ typedef struct vpmm_worker vpmm_worker_t; /* worker.c */
 typedef struct vpmm_shares vpmm_shares_t; /* share_table.c */
 typedef struct vpmm_import vpmm_import_t; /* import.c */
 
-/* One share slot, in memory the exporter shares with its importers (share_table.c). */
+/* One share slot, in memory the exporter shares with its importers (share_table.c): one atomic
+ * word, gen << 32 | count — the shares not over yet, and the use they belong to (gen moves on when
+ * the slot is given back), changed together so that a close names the use it ends. */
 typedef struct vpmm_share_slot {
-    _Atomic uint32_t count; /* shares not over yet */
-    uint32_t gen;           /* moves on when the slot is given back */
+    _Atomic uint64_t word;
 } vpmm_share_slot_t;
+#define VPMM_SHARE_GEN(w)   ((uint32_t)((w) >> 32))
+#define VPMM_SHARE_COUNT(w) ((uint32_t)(w))
 
 /* vpmm_strm_t.device before the driver was asked (stream.c, "Devices"). */
 #define VPMM_STREAM_DEVICE_UNKNOWN (-1)
@@ -776,8 +779,11 @@ void vpmm_i_share_slot_give(vpmm_pool_t *p, uint32_t slot);
 /* One share more (an export); the shares not over yet (another process may map the memory). */
 void vpmm_i_share_add(vpmm_pool_t *p, uint32_t slot);
 uint32_t vpmm_i_share_count(const vpmm_pool_t *p, uint32_t slot);
-/* Ends one share of a slot, wherever it is mapped (never below 0): 1 if there was one. */
-int vpmm_i_share_end(vpmm_share_slot_t *s);
+/* Ends one share of a slot's use gen, wherever the slot is mapped (never below 0, never another
+ * use's): 1 if there was one. */
+int vpmm_i_share_end(vpmm_share_slot_t *s, uint32_t gen);
+/* Ends every share of r's use (vpmm_ipc_unshare); nothing if r was never exported. */
+void vpmm_i_share_end_all(vpmm_pool_t *p, vpmm_region_t *r);
 /* What the handle bytes say of the table: its descriptor, the pool's nonce, the slot's gen. */
 void vpmm_i_share_table_info(const vpmm_pool_t *p, int *fd, uint64_t *nonce, uint32_t slot,
                              uint32_t *gen);

@@ -4,13 +4,15 @@
  *
  * A slot counts the shares of one allocation that are not over: each vpmm_ipc_export adds one,
  * the vpmm_ipc_close that ends the vpmm_ipc_open of it (in another process) takes it away. The
- * table is a memfd of slots { count, gen } that the importers map too (one page of it each,
- * the page their slot is on), so the count is the only state the processes share, and each side
- * only ever adds to or subtracts from it atomically. gen tells a slot's uses apart: it moves on
- * when a slot is given back, so an importer that names an old one is refused.
+ * table is a memfd of slots that the importers map too (one page of it each, the page their
+ * slot is on), so the count is the only state the processes share. A slot is one atomic word,
+ * gen << 32 | count: gen tells a slot's uses apart (it moves on when the slot is given back), and
+ * every change is a compare-and-swap of the whole word, so an importer's close ends a share of
+ * the use it opened and never one of a later use of the slot, and one that names an old use is
+ * refused at its open.
  *
  *   pool ──shares──> table (memfd) ──mapped by──> importers (a page each)
- *                    [count,gen][count,gen]...
+ *                    [gen|count][gen|count]...
  *
  * The file grows by doubling (ftruncate; importers keep their pages: a mapping of a file outlives
  * its growth); this side remaps it whole. Slots given back wait on a free list. The slot of an
@@ -135,9 +137,8 @@ vpmm_status_t vpmm_i_share_slot_take(vpmm_pool_t *p, uint32_t *out)
         if (t->used == t->cap)
             VPMM_CHECK(table_grow(t));
         *out = t->used++;
-        t->slots[*out].gen = 1;
+        atomic_store_explicit(&t->slots[*out].word, (uint64_t)1 << 32, memory_order_relaxed);
     }
-    atomic_store_explicit(&t->slots[*out].count, 0, memory_order_relaxed);
     t->live++;
     return VPMM_SUCCESS;
 }
@@ -146,30 +147,53 @@ void vpmm_i_share_slot_give(vpmm_pool_t *p, uint32_t slot)
 {
     vpmm_shares_t *t = p->shares;
     VPMM_ASSERT(t != NULL && slot < t->used && t->nfree < t->cap && t->live > 0);
-    t->slots[slot].gen++; /* a handle naming the old use is stale from now on */
+    {
+        /* A handle naming the old use is stale from now on; its count is 0 (no share left). */
+        uint64_t w = atomic_load_explicit(&t->slots[slot].word, memory_order_relaxed);
+        atomic_store_explicit(&t->slots[slot].word, (uint64_t)(VPMM_SHARE_GEN(w) + 1) << 32,
+                              memory_order_release);
+    }
     t->free[t->nfree++] = slot;
     t->live--;
 }
 
 void vpmm_i_share_add(vpmm_pool_t *p, uint32_t slot)
 {
-    atomic_fetch_add_explicit(&p->shares->slots[slot].count, 1, memory_order_release);
+    /* The count's half only: importers never take it below 0, so no carry reaches gen. */
+    atomic_fetch_add_explicit(&p->shares->slots[slot].word, 1, memory_order_release);
 }
 
 uint32_t vpmm_i_share_count(const vpmm_pool_t *p, uint32_t slot)
 {
-    return atomic_load_explicit(&p->shares->slots[slot].count, memory_order_acquire);
+    return VPMM_SHARE_COUNT(
+        atomic_load_explicit(&p->shares->slots[slot].word, memory_order_acquire));
 }
 
-int vpmm_i_share_end(vpmm_share_slot_t *s)
+int vpmm_i_share_end(vpmm_share_slot_t *s, uint32_t gen)
 {
-    uint32_t n = atomic_load_explicit(&s->count, memory_order_relaxed);
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
     do {
-        if (n == 0)
-            return 0; /* never below 0: a close too many ends nothing */
-    } while (!atomic_compare_exchange_weak_explicit(&s->count, &n, n - 1, memory_order_release,
+        if (VPMM_SHARE_GEN(w) != gen || VPMM_SHARE_COUNT(w) == 0)
+            return 0; /* another use's, or none left: a close too many ends nothing */
+    } while (!atomic_compare_exchange_weak_explicit(&s->word, &w, w - 1, memory_order_release,
                                                     memory_order_relaxed));
     return 1;
+}
+
+void vpmm_i_share_end_all(vpmm_pool_t *p, vpmm_region_t *r)
+{
+    if (r->uses == NULL)
+        return;
+    for (size_t i = 0; i < r->uses->n; i++)
+        if (r->uses->e[i].stream == NULL) {
+            vpmm_share_slot_t *s = &p->shares->slots[r->uses->e[i].seq];
+            uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
+            /* gen stays: the slot's use goes on until the allocation is freed. */
+            while (!atomic_compare_exchange_weak_explicit(&s->word, &w, w & ~(uint64_t)UINT32_MAX,
+                                                          memory_order_release,
+                                                          memory_order_relaxed))
+                ;
+        }
 }
 
 void vpmm_i_share_table_info(const vpmm_pool_t *p, int *fd, uint64_t *nonce, uint32_t slot,
@@ -177,7 +201,7 @@ void vpmm_i_share_table_info(const vpmm_pool_t *p, int *fd, uint64_t *nonce, uin
 {
     *fd = p->shares->fd;
     *nonce = p->shares->nonce;
-    *gen = p->shares->slots[slot].gen;
+    *gen = VPMM_SHARE_GEN(atomic_load_explicit(&p->shares->slots[slot].word, memory_order_relaxed));
 }
 
 uint32_t vpmm_i_share_live(const vpmm_pool_t *p)
