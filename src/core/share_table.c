@@ -114,7 +114,8 @@ static vpmm_status_t table_grow(vpmm_shares_t *t)
         goto oom;
     m = mremap(t->slots, old, bytes, MREMAP_MAYMOVE);
     if (m == MAP_FAILED) {
-        (void)ftruncate(t->fd, (off_t)old);
+        if (ftruncate(t->fd, (off_t)old) != 0) { /* the file stays larger: harmless */
+        }
         goto oom;
     }
     t->slots = m;
