@@ -20,9 +20,7 @@
  * (what happens, then a new snapshot).
  *
  * The last rows were found by this table (docs/BAD_INPUT.md, "Found by the table") and fixed in
- * src/; they stay as regression tests. The very last (KNOWN_BUG, docs/BAD_INPUT.md "Open") were
- * found and are not fixed yet: they assert what include/vpmm.h says, and are skipped unless the
- * program runs with --known-bugs.
+ * src/; they stay as regression tests.
  *
  * Several devices and processes: the pool is on a host node of several devices (its params) and,
  * for CUDA IPC, is the importer of another pool's memory (c->other, the exporter: their, their2);
@@ -247,9 +245,6 @@ typedef enum after {
 enum {
     ENV_CLEARED = 1 << 0,  /* runs between tenv_clear */
     NEEDS_NO_GPU = 1 << 1, /* skipped where a CUDA device is present */
-    KNOWN_BUG = 1 << 2,    /* asserts what the header says where src/ does otherwise (a bug not
-                              fixed yet: docs/BAD_INPUT.md, "Open"): skipped unless
-                              VPMM_TEST_KNOWN_BUGS=1 */
 };
 
 #define MAX_CALLS 12
@@ -902,9 +897,6 @@ static void make_call(ctx_t *c, int i)
     }
 }
 
-/* test_bad_input --known-bugs: the KNOWN_BUG rows run too (and fail until their bug is fixed). */
-static int run_known_bugs;
-
 static void run_row(void **state)
 {
     const row_t *r = *state;
@@ -912,12 +904,6 @@ static void run_row(void **state)
 
     if ((r->flags & NEEDS_NO_GPU) && vpmm_driver_cuda_device_count() > 0)
         skip();
-    if ((r->flags & KNOWN_BUG) && !run_known_bugs) {
-        print_message("%s: a known bug, not fixed yet (docs/BAD_INPUT.md, \"Open\"); "
-                      "test_bad_input --known-bugs runs it\n",
-                      r->name);
-        skip();
-    }
     memset(&c, 0, sizeof c);
     c.row = r;
     fixture_open(&c, r);
@@ -2884,14 +2870,10 @@ static const row_t rows[] = {
           { OP_CAPTURE_GRAPH_POOL, BAD, "pool is NULL", .pool = NULL_POOL, .stream = S_1000 },
           { OP_CHECKPOINT_TAKE, BAD, "graph_pool is NULL", .gp = NULL_GP } } },
 
-    /* open: found by this table, not fixed yet (docs/BAD_INPUT.md, "Open"): each row asserts
-     * what include/vpmm.h says and is skipped unless the program runs with --known-bugs */
-
     /* vpmm_ipc_export refused for any reason but a buffer too small leaves *out_len untouched,
-     * as every value output of a refused call (the header's conventions). It writes 0. */
+     * as every value output of a refused call (the header's conventions). It wrote 0. */
     { "test_ipc_export_out_len",
       FX,
-      .flags = KNOWN_BUG,
       .setup = freed_a_and_their,
       .calls = {
           { OP_IPC_EXPORT, BAD, "vpmm_ipc_export: pool is NULL", .pool = NULL_POOL, .ptr = P_BIG,
@@ -3008,11 +2990,10 @@ static int uses_graphs(const row_t *r)
 }
 #endif
 
-int main(int argc, char **argv)
+int main(void)
 {
     struct CMUnitTest tests[NROWS];
     size_t n = 0;
-    run_known_bugs = argc > 1 && strcmp(argv[1], "--known-bugs") == 0;
     for (size_t i = 0; i < NROWS; i++) {
         CMFixtureFunction env = rows[i].flags & ENV_CLEARED ? tenv_clear : NULL;
 #if !VPMM_HAVE_GRAPHS

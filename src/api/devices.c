@@ -52,8 +52,8 @@ vpmm_status_t vpmm_ipc_export(vpmm_pool_t *pool, const void *ptr, void *buf, siz
 {
     vpmm_region_t *r;
     vpmm_status_t st;
-    if (out_len != NULL)
-        *out_len = 0;
+    /* *out_len is written only with the handle's length (or the length a too-small buffer
+     * lacked): untouched on every other error, as every output of a refused call. */
     if (pool == NULL || ptr == NULL) {
         vpmm_i_set_error("vpmm_ipc_export: %s is NULL", pool == NULL ? "pool" : "ptr");
         return VPMM_ERROR_INVALID_ARGUMENT;

@@ -347,6 +347,13 @@ vpmm_status_t vpmm_i_import_open(vpmm_pool_t *p, const void *handle, size_t len,
     int pidfd = -1, fresh = 0;
 
     VPMM_CHECK(parse(p, handle, len, &x));
+    if (x.h.device < 0 || x.h.device >= p->drv->device_count ||
+        !((p->drv->peer_capable >> x.h.device) & 1)) {
+        vpmm_i_set_error("vpmm_ipc_open: the handle's memory is on device %d, which this pool's "
+                         "device %d cannot reach (no peer access between them)",
+                         (int)x.h.device, p->drv->device);
+        return VPMM_ERROR_NOT_SUPPORTED;
+    }
     m = find(p, &x);
     u = m ? use_find(m, x.h.offset, x.h.slot, x.h.gen) : NULL;
     if (u != NULL) { /* this allocation is open here already: one more open of it */
