@@ -18,6 +18,7 @@
  *
  * Under the pool lock.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -64,7 +65,16 @@ static vpmm_status_t slot_of(vpmm_pool_t *p, vpmm_region_t *r, uint32_t *out)
                 return VPMM_SUCCESS;
             }
     VPMM_CHECK(vpmm_i_uses_room(r));
-    VPMM_CHECK(vpmm_i_share_slot_take(p, out));
+    {
+        vpmm_status_t st = vpmm_i_share_slot_take(p, out);
+        if (st != VPMM_SUCCESS) {
+            if (r->uses->n == 0) { /* the room was made for this use: no empty list stays (I11) */
+                free(r->uses);
+                r->uses = NULL;
+            }
+            return st;
+        }
+    }
     r->uses->e[r->uses->n++] = (struct vpmm_use){ NULL, *out };
     return VPMM_SUCCESS;
 }
