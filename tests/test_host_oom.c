@@ -21,7 +21,9 @@
  * (vpmm_record_stream) and its deferred free, a defragmentation across streams, stream work and
  * its completion, trim, statistics, the walk, the dump, the background worker's pass
  * (vpmm_i_worker_step) over the zombies, and a graph pool: a capture that allocates and frees
- * inside, its end, a checkpoint taken and reapplied, the graph destroyed, the pool released.
+ * inside, its end, a checkpoint taken and reapplied, the graph destroyed, the pool released; and
+ * CUDA IPC: a block exported, opened (the pool imports its own process's memory: the same calls
+ * as another process's), closed, and its shares ended.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -151,6 +153,23 @@ static void graphs(ctx_t *c)
     TRY_THEN_SURE(c, "vpmm_graph_pool_release", vpmm_graph_pool_release(gp));
 }
 
+/* CUDA IPC on the pool's own memory: export, open, close, unshare (a share that no open took
+ * over, when the open was refused, is ended by the unshare before the block's free). */
+static void ipc(ctx_t *c)
+{
+    unsigned char h[1024];
+    size_t len = 0;
+    void *q = NULL, *p;
+    if (c->nlive == 0)
+        return;
+    p = c->live[c->nlive - 1];
+    if (TRY(c, "vpmm_ipc_export", vpmm_ipc_export(c->t.pool, p, h, sizeof h, &len)) ==
+            VPMM_SUCCESS &&
+        TRY(c, "vpmm_ipc_open", vpmm_ipc_open(c->t.pool, h, len, &q)) == VPMM_SUCCESS)
+        TRY_THEN_SURE(c, "vpmm_ipc_close", vpmm_ipc_close(c->t.pool, q));
+    TRY_THEN_SURE(c, "vpmm_ipc_unshare", vpmm_ipc_unshare(c->t.pool, p));
+}
+
 static void scenario(ctx_t *c)
 {
     FILE *sink = fopen("/dev/null", "w");
@@ -181,6 +200,7 @@ static void scenario(ctx_t *c)
     (void)TRY(c, "vpmm_pool_walk", vpmm_pool_walk(c->t.pool, count_region, &regions));
     (void)TRY(c, "vpmm_pool_dump", vpmm_pool_dump(c->t.pool, sink));
     do_malloc(c, 7 * PG, c->a);
+    ipc(c);
     graphs(c);
     while (c->nlive > 0)
         do_free_oldest(c);
