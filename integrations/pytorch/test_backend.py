@@ -18,7 +18,8 @@ memory, memory mapped after the peer grant, record_stream with a stream of the o
 free while the other device is current, statistics, snapshots, empty_cache, memory fraction and
 OutOfMemoryError per device. CUDA IPC (IPC; children started with spawn, vpmm enabled in them
 through autoenable/sitecustomize.py): a tensor written by a child and seen by the parent, and
-one sent back; the same tensor sent twice; the producer dropping its tensor first and the
+one sent back; the same tensor sent twice (its free ends the share of the send the child's cache
+absorbed: the memory is reused at once); the producer dropping its tensor first and the
 consumer first, the memory back in use once both are done (no share left); 1,200 sends with no
 descriptor growth in either process; handles of PyTorch's own allocator, of an exited process
 and of a pool with VPMM_IPC=0 refused with their reasons; a cuda:1 tensor shared (two GPUs).
@@ -680,20 +681,30 @@ class IPC(unittest.TestCase):
         self.assertEqual(vt.stats()["ipc_shared"], 0)
 
     def test_same_tensor_sent_twice(self):
+        torch.cuda.synchronize()
         x = torch.zeros(1 << 16, device="cuda")
+        ptr = x.data_ptr()
+        unshares = vt.stats()["ipc_unshares"]
         with Child("twice") as c:
             c.send(x)
             c.send(x)
             _, same, during, after = c.recv()
             self.assertTrue(same, "the second receive is the first's storage (PyTorch's cache)")
-            self.assertEqual(during["ipc_open_calls"], 1)
-            self.assertEqual(during["ipc_releases"], 1, "the second send's share ended at once")
+            self.assertEqual(during["ipc_open_calls"], 1, "the cache hit opens nothing")
             self.assertEqual(after["ipc_open_now"], 0)
         torch.cuda.synchronize()
         self.assertEqual(float(x.sum()), float(1 << 16))
+        self.assertEqual(vt.stats()["ipc_exported_now"], 1)
         del x
-        self.settle()
-        self.assertEqual(vt.stats()["ipc_shared"], 0, "a share was left: the memory is held")
+        gc.collect()
+        torch.cuda.ipc_collect()  # PyTorch frees the block: the child is done with both sends
+        stats = vt.stats()
+        self.assertEqual(stats["ipc_unshares"], unshares + 1, "the free ended the shares left")
+        self.assertEqual(stats["ipc_exported_now"], 0)
+        self.assertEqual(stats["ipc_shared"], 0, "a share was left: the memory is held")
+        y = torch.zeros(1 << 16, device="cuda")  # the memory is in use again at once
+        self.assertEqual(y.data_ptr(), ptr)
+        del y
 
     def test_producer_drops_first(self):
         torch.cuda.synchronize()

@@ -189,7 +189,7 @@ static void ipc_part(vpmm_stream_t t)
     } else {
         assert_null(h);
     }
-    vta_ipc_counts(&dev2, NULL, NULL, NULL, &now);
+    vta_ipc_counts(&dev2, NULL, NULL, NULL, &now, NULL);
     assert_int_equal(now, 0);
     assert_int_equal(vpmm_pool_check(pool2, stderr), 0);
     assert_int_equal(OOM_ARMED(vta_ipc_open(&dev2, native, sizeof native, &p)),

@@ -41,7 +41,7 @@
  * through cuMemSetAccess on its own pool (vta_grant_peer), cudaDeviceEnablePeerAccess covers
  * cudaMalloc memory alone.
  *
- * CUDA IPC (shareIpcHandle, getIpcDevPtr) is torch_adapter_ipc.c's.
+ * CUDA IPC (shareIpcHandle, getIpcDevPtr, the shares a free ends) is torch_adapter_ipc.c's.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -144,9 +144,7 @@ void vta_device_fini(vta_device_t *d)
     for (size_t i = 0; i < d->npools; i++)
         if (d->pools[i].gp != NULL)
             (void)vpmm_graph_pool_release(d->pools[i].gp);
-    for (size_t i = 0; i < d->nipc; i++)
-        free(d->ipc[i].bytes); /* still open: the pool's destruction unmaps them */
-    free(d->ipc);
+    free(d->exported);
     free(d->pools);
     free(d->ext);
     pthread_mutex_destroy(&d->lock);
@@ -196,6 +194,11 @@ vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_
     vpmm_status_t st;
     if (info->state != VPMM_REGION_ALLOCATED || info->addr != (uintptr_t)ptr)
         return vpmm_free(d->pool, ptr); /* vpmm's status and message for a bad pointer */
+    /* An allocation this device exported: PyTorch frees it only once every consumer has released
+     * it, so the shares no close ended (sends a consumer's cache absorbed) end now, and the
+     * memory is reused at once (torch_adapter_ipc.c). Never exported: one relaxed load. */
+    if (__atomic_load_n(&d->nexported, __ATOMIC_RELAXED) != 0 && vta_i_exported_forget(d, ptr))
+        (void)vpmm_ipc_unshare(d->pool, ptr); /* the allocation is live: it cannot fail */
     st = vpmm_free(d->pool, ptr);
     if (st == VPMM_SUCCESS) {
         pthread_mutex_lock(&d->lock);

@@ -25,7 +25,7 @@
  *    allocators told apart and refused by name.
  *
  * Thread-safety: every function may be called from any thread; a device's own mutex guards its
- * id table, statistics and open IPC handles (never held across a vpmm call that may block on the
+ * id table, statistics and IPC books (never held across a vpmm call that may block on the
  * device).
  */
 #ifndef VPMM_TORCH_ADAPTER_H
@@ -80,14 +80,6 @@ typedef struct vta_external {
     vta_pool_id_t pool;
 } vta_external_t;
 
-/* An IPC handle this process opened (getIpcDevPtr) and has not closed every open of. */
-typedef struct vta_ipc_open {
-    unsigned char *bytes; /* the handle, as opened */
-    size_t len;
-    void *ptr;      /* where it is mapped here (the allocation's start) */
-    uint64_t opens; /* vta_ipc_open calls not closed yet */
-} vta_ipc_open_t;
-
 typedef struct vta_device {
     vpmm_pool_t *pool;
     int device;
@@ -101,13 +93,16 @@ typedef struct vta_device {
     size_t next, ext_cap;
     vta_stat_t ext_reserved[VTA_NTYPES], ext_segment[VTA_NTYPES]; /* their part of the stats */
     int64_t ext_allocs, ext_frees;
-    double fraction;     /* setMemoryFraction's (1.0: no cap) */
-    uint64_t peers;      /* bit k: device k was given access to this pool (vta_grant_peer) */
-    vta_ipc_open_t *ipc; /* handles open here */
-    size_t nipc, ipc_cap;
+    double fraction;          /* setMemoryFraction's (1.0: no cap) */
+    uint64_t peers;           /* bit k: device k was given access to this pool (vta_grant_peer) */
     uint64_t ipc_open_calls;  /* vta_ipc_open calls that mapped (or found) a handle */
     uint64_t ipc_close_calls; /* vta_ipc_close calls that ended one */
-    uint64_t ipc_releases;    /* shares ended by vta_ipc_release */
+    /* The allocations of this pool exported and not freed since (their starts, sorted): a free
+     * of one ends its shares first (vta_free_known). nexported is read without the lock (a
+     * relaxed load: a free of memory never exported pays nothing more), written under it. */
+    uintptr_t *exported;
+    size_t nexported, exported_cap;
+    uint64_t ipc_unshares; /* frees that ended an exported allocation's shares */
 } vta_device_t;
 
 /* Starts a device's state over pool (the caller keeps the pool alive); 0 or -1 (no memory). */
@@ -122,7 +117,9 @@ void vta_device_fini(vta_device_t *d);
  * (vta_is_oom) is counted in num_ooms (the caller throws with vta_oom_message). */
 vpmm_status_t vta_malloc(vta_device_t *d, size_t size, vpmm_stream_t stream, vta_pool_id_t id,
                          void **out);
-/* Frees ptr (NULL: nothing); its size comes from vpmm (vpmm_pointer_info). */
+/* Frees ptr (NULL: nothing); its size comes from vpmm (vpmm_pointer_info). An allocation that
+ * was exported (vta_ipc_export) has its shares ended first (vpmm_ipc_unshare): PyTorch frees a
+ * shared block only once every consumer released it, so no other process uses it any more. */
 vpmm_status_t vta_free(vta_device_t *d, void *ptr);
 /* The same for a caller that has just asked vpmm_pointer_info (info: its answer for ptr). */
 vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_t *info);
@@ -215,13 +212,20 @@ const char *vta_ipc_refusal(const void *bytes, size_t len, char *buf, size_t cap
 
 /*
  * shareIpcHandle(ptr): exports the allocation of d's pool that holds ptr (vpmm_ipc_export: one
- * share, which one open in another process takes over and its close ends; the memory is not
- * reused, even once freed, until every share is over). *out gets the handle (malloc'd: the
- * caller frees it), *len its length, *offset ptr - the allocation's start. Refused with vpmm's
- * status and message: a pointer that is not in a live allocation (the statuses of vpmm_free), a
- * graph pool's allocation (graph pools and MemPools are not shared), a pool whose memory cannot
- * be exported (VPMM_ERROR_NOT_SUPPORTED: VPMM_IPC=0, or the device has no POSIX-descriptor
- * handles).
+ * share, which one open in another process takes over and its close ends) and remembers it as
+ * exported, so that its free ends the shares no close has ended (vta_free). *out gets the handle
+ * (malloc'd: the caller frees it), *len its length, *offset ptr - the allocation's start. Refused
+ * with vpmm's status and message: a pointer that is not in a live allocation (the statuses of
+ * vpmm_free), a graph pool's allocation (graph pools and MemPools are not shared), a pool whose
+ * memory cannot be exported (VPMM_ERROR_NOT_SUPPORTED: VPMM_IPC=0, or the device has no
+ * POSIX-descriptor handles); HOST_OUT_OF_MEMORY before anything is exported.
+ *
+ * The lifetime of a shared block: PyTorch's reference counts hold it (the producer frees it only
+ * once every consumer has released it: CudaIPCSentData), and a consumer that receives the same
+ * block again while it holds it opens nothing (its cache), so that send's share is never closed.
+ * vpmm's share counts protect a C user of vpmm_ipc_* (memory freed while shared is not reused
+ * until every share is over); for PyTorch the free ends them (vpmm_ipc_unshare), and the memory
+ * is reused at once.
  */
 vpmm_status_t vta_ipc_export(vta_device_t *d, const void *ptr, unsigned char **out, size_t *len,
                              size_t *offset);
@@ -236,18 +240,10 @@ vpmm_status_t vta_ipc_open(vta_device_t *d, const void *handle, size_t len, void
 /* The deleter of getIpcDevPtr's pointer: ends one vta_ipc_open of ptr (vpmm_ipc_close; the last
  * one waits for the device, then unmaps). */
 vpmm_status_t vta_ipc_close(vta_device_t *d, void *ptr);
-/*
- * Ends the share of one export that no open here will take over: the consumer already holds the
- * same allocation open (torch.multiprocessing found the storage in its cache and made no
- * getIpcDevPtr), so without this the producer's share count would never reach 0 and the memory
- * would stay out of use until the producer's pool is destroyed. One vpmm_ipc_open and
- * vpmm_ipc_close of the open allocation: no mapping, no wait. *released: 1 if a share was ended,
- * 0 if the handle is not open on d (nothing done).
- */
-vpmm_status_t vta_ipc_release(vta_device_t *d, const void *handle, size_t len, int *released);
-/* The IPC counters of d (any pointer may be NULL). */
+/* The IPC counters of d (any pointer may be NULL): opens and closes made here, frees that ended an
+ * exported allocation's shares, opens not closed yet, exported allocations not freed yet. */
 void vta_ipc_counts(vta_device_t *d, uint64_t *open_calls, uint64_t *close_calls,
-                    uint64_t *releases, size_t *open_now);
+                    uint64_t *unshares, size_t *open_now, size_t *exported_now);
 
 /* ---- mempool ids ---------------------------------------------------------------------------- */
 
@@ -329,6 +325,11 @@ typedef struct vta_segment {
 vpmm_status_t vta_snapshot(vta_device_t *d, vta_pool_id_t id, int all, vta_segment_t **out,
                            size_t *n);
 void vta_snapshot_free(vta_segment_t *segs, size_t n);
+
+/* ---- internal (across the adapter's files) ------------------------------------------------- */
+
+/* Forgets ptr as exported: 1 if it was (its free must end its shares), 0 if not. */
+int vta_i_exported_forget(vta_device_t *d, const void *ptr);
 
 #ifdef __cplusplus
 }

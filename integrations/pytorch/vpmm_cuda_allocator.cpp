@@ -23,7 +23,9 @@
  *
  * CUDA IPC: shareIpcHandle is vpmm_ipc_export of the allocation that holds the pointer (the
  * offset from its start), getIpcDevPtr one vpmm_ipc_open on the current device's pool, whose
- * shared_ptr's deleter is one vpmm_ipc_close (adapter: vta_ipc_*). Handles of PyTorch's native
+ * shared_ptr's deleter is one vpmm_ipc_close (adapter: vta_ipc_*); the free of an exported block
+ * ends the shares no consumer's close ended (PyTorch's reference counts hold the block until every
+ * consumer is done). Handles of PyTorch's native
  * allocator are refused by name. Out-of-memory runs PyTorch's free-memory callbacks (its IPC
  * collection frees blocks that consumers are done with) and retries once, as the native allocator
  * does.
@@ -530,10 +532,10 @@ class VpmmAllocator : public CUDAAllocator
     /*
      * A handle another process opens with getIpcDevPtr: vpmm_ipc_export's bytes for the
      * allocation that holds ptr, and ptr's offset from its start (torch.multiprocessing passes the
-     * storage's own pointer: offset 0). Each call counts one share in vpmm (its memory is not
-     * reused until every share is over), which the consumer's getIpcDevPtr takes over and its
-     * deleter ends — or, when the consumer finds the storage in its cache and opens nothing,
-     * vpmm.torch's rebuild hook ends it (vpmm_torch_backend_ipc_release).
+     * storage's own pointer: offset 0). Each call counts one share in vpmm, which the consumer's
+     * getIpcDevPtr takes over and its deleter ends; a send that the consumer finds in its cache
+     * opens nothing, and its share ends at the block's free (raw_delete: PyTorch frees a shared
+     * block only once every consumer released it; vta_free_known).
      */
     ShareableHandle shareIpcHandle(void *ptr) override
     {
@@ -949,35 +951,26 @@ __attribute__((visibility("default"))) long vpmm_torch_backend_stats_json(int de
     vpmm_stats_t s;
     if (pool == nullptr || v == nullptr || vpmm_get_stats(pool, &s) != VPMM_SUCCESS)
         return -1;
-    /* The adapter's side: its IPC opens and closes, the shares it ended for cached receives, the
-     * memory fraction, the devices it gave access to this pool. */
-    uint64_t opens = 0, closes = 0, releases = 0;
-    size_t now = 0;
-    vta_ipc_counts(v, &opens, &closes, &releases, &now);
-    char extra[256];
+    /* The adapter's side: its IPC opens and closes, the frees that ended an exported block's
+     * shares, the memory fraction; the trace trackers and the snapshot's kind of segments. */
+    uint64_t opens = 0, closes = 0, unshares = 0;
+    size_t now = 0, exported = 0;
+    vta_ipc_counts(v, &opens, &closes, &unshares, &now, &exported);
+    char extra[384];
     std::snprintf(extra, sizeof extra,
-                  "\"ipc_open_calls\":%llu,\"ipc_close_calls\":%llu,\"ipc_releases\":%llu,"
-                  "\"ipc_open_now\":%zu,\"memory_fraction\":%.6g",
+                  "\"ipc_open_calls\":%llu,\"ipc_close_calls\":%llu,\"ipc_unshares\":%llu,"
+                  "\"ipc_open_now\":%zu,\"ipc_exported_now\":%zu,\"memory_fraction\":%.6g",
                   static_cast<unsigned long long>(opens), static_cast<unsigned long long>(closes),
-                  static_cast<unsigned long long>(releases), now, vta_memory_fraction(v));
+                  static_cast<unsigned long long>(unshares), now, exported, vta_memory_fraction(v));
     return static_cast<long>(
         vpmm_stats_json(&s, device, vpmm_pool_backend_name(pool), extra, buf, cap));
 }
 
-/*
- * Ends the share of one IPC send that the consumer found in torch.multiprocessing's cache (it
- * holds the same allocation open already, so no getIpcDevPtr takes that share over): 1 if a share
- * was ended, 0 if the handle is not open on that device here, -1 on an error or without a pool.
- * vpmm.torch's wrapper of rebuild_cuda_tensor calls it.
- */
-__attribute__((visibility("default"))) int
-vpmm_torch_backend_ipc_release(int device, const void *handle, size_t len)
+/* The interface between this library and the Python package vpmm.torch: the package refuses a
+ * backend built for another one (an older build, say, whose IPC needed a Python hook). */
+__attribute__((visibility("default"))) int vpmm_torch_backend_abi(void)
 {
-    vta_device_t *v = g_allocator ? g_allocator->vta_of(device) : nullptr;
-    int released = 0;
-    if (v == nullptr || handle == nullptr)
-        return -1;
-    return vta_ipc_release(v, handle, len, &released) == VPMM_SUCCESS ? released : -1;
+    return 2;
 }
 
 } // extern "C"
