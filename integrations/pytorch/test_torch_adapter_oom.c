@@ -12,13 +12,13 @@
  * end everything is freed, the device state and the pool are destroyed (LeakSanitizer checks the
  * host memory in the sanitizer build).
  *
- * The scenario: the device state, shared allocations, recordStream, a mempool id with a warm-up
- * allocation and a checkpoint taken and applied (the CheckpointDelta arrays), a MemPool with its
- * own allocator and an allocation counted for it, a snapshot, the statistics, emptyCache; the
- * device table's recordStream and free, a memory fraction set and lifted; CUDA IPC through its
- * successful paths (an allocation exported, opened on a second device state over another host
- * pool, written through the import, closed, freed) and an open of a handle that is not vpmm's
- * (refused before anything is allocated).
+ * The scenario: the device state with a segment sink, shared allocations, recordStream, a mempool
+ * id with a warm-up allocation and a checkpoint taken and applied (the CheckpointDelta arrays), a
+ * MemPool with its own allocator and an allocation counted for it, snapshots of both kinds, the
+ * statistics, emptyCache; the device table's recordStream and free, a memory fraction set and
+ * lifted; CUDA IPC through its successful paths (an allocation exported, opened on a second device
+ * state over another host pool, written through the import, closed, freed) and an open of a handle
+ * that is not vpmm's (refused before anything is allocated).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* open_memstream */
@@ -198,6 +198,15 @@ static void ipc_part(vpmm_stream_t t)
     ARMED_THEN_SURE("vta_free (ipc)", vta_free(&dev, c));
 }
 
+/* The segment events' sink: counts (it must allocate nothing: it runs under vpmm's lock). */
+static void count_sink(void *user, int device, vpmm_segment_event_t ev, uintptr_t addr, size_t size,
+                       vta_pool_id_t id)
+{
+    long *live = user;
+    (void)device, (void)addr, (void)size, (void)id;
+    *live += ev == VPMM_SEGMENT_MAPPED ? 1 : -1;
+}
+
 static void scenario(void)
 {
     vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)0x5100, t = (vpmm_stream_t)(uintptr_t)0x5200;
@@ -205,6 +214,9 @@ static void scenario(void)
     vta_segment_t *segs = NULL;
     vta_stats_t st;
     size_t n = 0;
+    static long live_segments;
+    live_segments = 0;
+    (void)ARMED("vta_segments_attach", vta_segments_attach(&dev, count_sink, &live_segments));
     (void)ARMED("vta_malloc", vta_malloc(&dev, 3 * MiB, s, SHARED, &a));
     (void)ARMED("vta_malloc", vta_malloc(&dev, 1000, s, SHARED, &b));
     if (b != NULL)
@@ -215,6 +227,11 @@ static void scenario(void)
     ipc_part(t);
     if (ARMED("vta_snapshot", vta_snapshot(&dev, SHARED, 1, &segs, &n)) == VPMM_SUCCESS)
         vta_snapshot_free(segs, n);
+    if (ARMED("vta_snapshot_handles", vta_snapshot_handles(&dev, SHARED, 1, &segs, &n)) ==
+        VPMM_SUCCESS) {
+        assert_int_equal((long)n, live_segments); /* what the events said */
+        vta_snapshot_free(segs, n);
+    }
     oom_armed = 1;
     vta_get_stats(&dev, &st);
     (void)vta_empty_cache(&dev);

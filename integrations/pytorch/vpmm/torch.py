@@ -26,6 +26,11 @@ refuses handles of PyTorch's own allocator, naming their format). PyTorch's refe
 a shared block allocated until every consumer has released it; its free then ends vpmm's shares
 of it (also those of sends a consumer's cache absorbed), and the memory is reused at once.
 
+With torch.distributed's NCCL backend and TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1, every
+segment vpmm maps (one physical handle at its address) is registered with NCCL and deregistered
+before it moves or goes; snapshots then list those segments (integrations/pytorch/INTERFACE.md
+§10).
+
 The allocator is libvpmm_torch_backend.so, built by the repository's CMake where PyTorch is
 installed (integrations/pytorch/vpmm_cuda_allocator.cpp). enable() looks for it, in order: its
 `library` argument; $VPMM_TORCH_BACKEND; next to this file; the build tree of the repository this
@@ -152,7 +157,9 @@ def stats(device=None):
     devices given access to it (peers, peer_devices, peer_grants); CUDA IPC (ipc_shared: blocks
     other processes may still map, ipc_exports, ipc_imports, ipc_imported_bytes; and the
     backend's ipc_open_calls, ipc_close_calls, ipc_open_now, ipc_exported_now, ipc_unshares:
-    frees that ended an exported block's shares); memory_fraction."""
+    frees that ended an exported block's shares); memory_fraction; trace_trackers (allocator
+    trace trackers attached: torch.distributed's NCCL registration) and snapshot_segments
+    ("handles" or "runs": what memory_snapshot() lists)."""
     dev = _device(device)
     cap = 4096
     while True:
