@@ -18,10 +18,18 @@ memory, memory mapped after the peer grant, record_stream with a stream of the o
 free while the other device is current, statistics, snapshots, empty_cache, memory fraction and
 OutOfMemoryError per device. CUDA IPC (IPC; children started with spawn, vpmm enabled in them
 through autoenable/sitecustomize.py): a tensor written by a child and seen by the parent, and
-one sent back; the same tensor sent twice; the producer dropping its tensor first and the
+one sent back; the same tensor sent twice (its free ends the share of the send the child's cache
+absorbed: the memory is reused at once); the producer dropping its tensor first and the
 consumer first, the memory back in use once both are done (no share left); 1,200 sends with no
 descriptor growth in either process; handles of PyTorch's own allocator, of an exited process
 and of a pool with VPMM_IPC=0 refused with their reasons; a cuda:1 tensor shared (two GPUs).
+
+NCCL buffer registration (NCCLRegistration; two GPUs and torch.distributed with NCCL): two spawned
+ranks on vpmm, TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 (or a MemPool registered with
+register_mem_pool), all_reduce / all_gather of several sizes (some over several 2 MiB handles),
+segments freed and mapped again between them; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG to a file,
+which must show ncclCommRegister of vpmm's 2 MiB segments and a buffer registered for zero copy,
+and no failed registration; the snapshot's segments are the handles.
 
 Needs PyTorch, a CUDA device and libvpmm_torch_backend.so (VPMM_TORCH_BACKEND or the build
 tree); without them every test reports itself skipped. Run:
@@ -680,20 +688,30 @@ class IPC(unittest.TestCase):
         self.assertEqual(vt.stats()["ipc_shared"], 0)
 
     def test_same_tensor_sent_twice(self):
+        torch.cuda.synchronize()
         x = torch.zeros(1 << 16, device="cuda")
+        ptr = x.data_ptr()
+        unshares = vt.stats()["ipc_unshares"]
         with Child("twice") as c:
             c.send(x)
             c.send(x)
             _, same, during, after = c.recv()
             self.assertTrue(same, "the second receive is the first's storage (PyTorch's cache)")
-            self.assertEqual(during["ipc_open_calls"], 1)
-            self.assertEqual(during["ipc_releases"], 1, "the second send's share ended at once")
+            self.assertEqual(during["ipc_open_calls"], 1, "the cache hit opens nothing")
             self.assertEqual(after["ipc_open_now"], 0)
         torch.cuda.synchronize()
         self.assertEqual(float(x.sum()), float(1 << 16))
+        self.assertEqual(vt.stats()["ipc_exported_now"], 1)
         del x
-        self.settle()
-        self.assertEqual(vt.stats()["ipc_shared"], 0, "a share was left: the memory is held")
+        gc.collect()
+        torch.cuda.ipc_collect()  # PyTorch frees the block: the child is done with both sends
+        stats = vt.stats()
+        self.assertEqual(stats["ipc_unshares"], unshares + 1, "the free ended the shares left")
+        self.assertEqual(stats["ipc_exported_now"], 0)
+        self.assertEqual(stats["ipc_shared"], 0, "a share was left: the memory is held")
+        y = torch.zeros(1 << 16, device="cuda")  # the memory is in use again at once
+        self.assertEqual(y.data_ptr(), ptr)
+        del y
 
     def test_producer_drops_first(self):
         torch.cuda.synchronize()
@@ -785,6 +803,213 @@ class IPC(unittest.TestCase):
                              text=True, timeout=300)
         self.assertIn("REFUSED", out.stdout, out.stderr)
         self.assertIn("VPMM_IPC=0", out.stdout)
+
+
+# ---- NCCL buffer registration (torch.distributed, 2 processes, spawn) ---------------------------
+
+
+def free_port():
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_handle(t, handle=2 * MiB):
+    """Whether tensor t's bytes lie in one 2 MiB-aligned window (one vpmm handle: NCCL 2.28
+    registers a buffer only inside one physical handle)."""
+    a = t.data_ptr()
+    return a // handle == (a + t.numel() * t.element_size() - 1) // handle
+
+
+def nccl_worker(mode, rank, world, port, outq):
+    """One rank: collectives of several sizes on vpmm memory registered with NCCL, segments
+    coming and going between them. mode "hook": TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1
+    (every segment registered); "pool": a MemPool registered with register_mem_pool."""
+    try:
+        import torch
+        import torch.distributed as dist
+        import vpmm.torch as vtc
+
+        if not vtc.is_enabled() or torch.cuda.get_allocator_backend() != "vpmm":
+            raise RuntimeError("this rank does not run vpmm")
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                                world_size=world, device_id=dev)
+        seen = {}
+
+        def collectives(step, sizes, alloc=lambda n, v: torch.full((n,), v, device=dev)):
+            for nbytes in sizes:
+                n = nbytes // 4
+                x = alloc(n, float(rank + 1 + step))
+                dist.all_reduce(x)
+                want = float(sum(r + 1 + step for r in range(world)))
+                if not bool((x == want).all()):
+                    raise AssertionError("all_reduce of %d bytes: wrong result" % nbytes)
+                out = alloc(world * n, -1.0)  # out of place: NCCL registers its buffers
+                inp = alloc(n, float(10 * rank + step))
+                dist.all_gather_into_tensor(out, inp)
+                parts = [alloc(n, -1.0) for _ in range(world)]
+                dist.all_gather(parts, inp)
+                for r in range(world):
+                    if not bool((out[r * n:(r + 1) * n] == 10 * r + step).all()):
+                        raise AssertionError("all_gather_into_tensor of %d bytes: wrong" % nbytes)
+                    if not bool((parts[r] == 10 * r + step).all()):
+                        raise AssertionError("all_gather of %d bytes: wrong" % nbytes)
+                del x, out, inp, parts
+
+        sizes = (4096, 256 * 1024, MiB, 3 * MiB, 9 * MiB + 4096, 33 * MiB)
+        if mode == "hook":
+            for step in range(3):
+                collectives(step, sizes)
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()  # segments go (SEGMENT_FREE: deregistered) ...
+                big = torch.empty(70 * MiB, dtype=torch.uint8, device=dev)  # ... and come
+                big.fill_(1)
+                del big
+            # A buffer inside one handle, for NCCL's zero copy (out of place, Simple protocol).
+            cands = [torch.empty(256 * 1024, device=dev) for _ in range(8)]  # 1 MiB each
+            out = next((c for c in cands if one_handle(c)), None)
+            if out is None:
+                raise AssertionError("no 1 MiB tensor inside one 2 MiB handle")
+            inp = torch.full((out.numel() // world,), float(rank + 7), device=dev)
+            dist.all_gather_into_tensor(out, inp)
+            for r in range(world):
+                half = out.numel() // world
+                if not bool((out[r * half:(r + 1) * half] == r + 7).all()):
+                    raise AssertionError("all_gather into one handle: wrong")
+            del cands, out, inp
+        else:  # a MemPool registered with the communicator (pool mode)
+            backend = dist.distributed_c10d._get_default_group()._get_backend(dev)
+            pool = torch.cuda.MemPool()
+            backend.register_mem_pool(pool)
+
+            def in_pool(n, v):
+                with torch.cuda.use_mem_pool(pool):
+                    return torch.full((n,), v, device=dev)
+
+            collectives(0, sizes, in_pool)
+            with torch.cuda.use_mem_pool(pool):
+                cands = [torch.empty(256 * 1024, device=dev) for _ in range(8)]
+            out = next((c for c in cands if one_handle(c)), None)
+            if out is None:
+                raise AssertionError("no 1 MiB pool tensor inside one 2 MiB handle")
+            inp = torch.full((out.numel() // world,), float(rank + 7), device=dev)
+            dist.all_gather_into_tensor(out, inp)
+            del cands, out, inp
+            torch.cuda.synchronize()
+            backend.deregister_mem_pool(pool)
+            del pool
+        torch.cuda.synchronize()
+        stats = vtc.stats(rank)
+        snap = torch.cuda.memory_snapshot()
+        seen["segments"] = len(snap)
+        seen["stat_segments"] = torch.cuda.memory_stats(rank)["segment.all.current"]
+        dist.barrier()
+        dist.destroy_process_group()
+        torch.cuda.synchronize()
+        seen["check"] = vtc.check(rank)
+        outq.put(("ok", rank, stats, seen))
+    except BaseException:
+        outq.put(("error", rank, traceback.format_exc(), None))
+
+
+@unittest.skipUnless(HAVE_2_GPUS, "needs 2 CUDA devices" if HAVE_GPU else SKIP_WHY)
+class NCCLRegistration(unittest.TestCase):
+    """torch.distributed's NCCL backend registering vpmm's segments (INTERFACE.md §10): two
+    spawned ranks, vpmm in both, all_reduce / all_gather of several sizes (some over several 2 MiB
+    handles), segments freed and mapped again between them; NCCL's REG log must show the
+    registrations (ncclCommRegister of each segment: "register comm ... buffer ... size", and the
+    zero-copy import of a buffer inside one handle: "IPC register buffer") and no failed one."""
+
+    TIMEOUT = 600
+
+    @classmethod
+    def setUpClass(cls):
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_nccl_available()):
+            raise unittest.SkipTest("torch.distributed has no NCCL backend")
+
+    def run_ranks(self, mode, extra_env):
+        import torch.multiprocessing as mp
+
+        logdir = tempfile.mkdtemp(prefix="vpmm-nccl-")
+        env = child_env()
+        env.update({
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "REG",
+            "NCCL_DEBUG_FILE": os.path.join(logdir, "nccl.%h.%p.log"),
+            "NCCL_NVLS_ENABLE": "0",  # no multicast (the lent machines' rule)
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NCCL_PROTO": "Simple",  # the protocol NCCL uses registered buffers with
+        })
+        env.update(extra_env)
+        ctx = mp.get_context("spawn")
+        outq = ctx.Queue()
+        port = free_port()
+        saved = dict(os.environ)
+        os.environ.update(env)  # the children inherit the environment at start()
+        try:
+            procs = [ctx.Process(target=nccl_worker, args=(mode, r, 2, port, outq))
+                     for r in range(2)]
+            for p in procs:
+                p.start()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        results = {}
+        try:
+            for _ in range(2):
+                kind, rank, a, b = outq.get(timeout=self.TIMEOUT)
+                if kind == "error":
+                    self.fail("rank %d failed:\n%s" % (rank, a))
+                results[rank] = (a, b)
+        except queue.Empty:
+            self.fail("the ranks said nothing for %d s" % self.TIMEOUT)
+        finally:
+            for p in procs:
+                p.join(60)
+                if p.is_alive():
+                    p.kill()
+        lines = []
+        for name in sorted(os.listdir(logdir)):
+            with open(os.path.join(logdir, name), errors="replace") as f:
+                lines.extend(f.read().splitlines())
+        shutil.rmtree(logdir, ignore_errors=True)
+        return results, lines
+
+    def check(self, results, lines):
+        for rank, (stats, seen) in results.items():
+            self.assertGreaterEqual(stats["trace_trackers"], 2, "rank %d: no trackers" % rank)
+            self.assertEqual(stats["snapshot_segments"], "handles")
+            self.assertEqual(seen["segments"], seen["stat_segments"],
+                             "rank %d: the snapshot's segments are not the handles" % rank)
+            self.assertEqual(seen["check"], 0, "rank %d: vpmm invariants violated" % rank)
+        regs = [ln for ln in lines if "register comm" in ln and " buffer " in ln]
+        ipc = [ln for ln in lines if "IPC register buffer" in ln or "IPC reuse buffer" in ln]
+        bad = [ln for ln in lines
+               if ("failed" in ln.lower() and "regist" in ln.lower())
+               or "Skipping registration" in ln]
+        summary = "%d log lines, %d ncclCommRegister, %d IPC registrations" % (
+            len(lines), len(regs), len(ipc))
+        print("\nNCCL REG: " + summary, file=sys.stderr)
+        self.assertTrue(regs, "no ncclCommRegister in NCCL's log (%s)" % summary)
+        self.assertTrue(any(" size %d" % (2 * MiB) in ln for ln in regs),
+                        "no 2 MiB segment (one vpmm handle) registered")
+        self.assertTrue(ipc, "no buffer registered for zero copy (%s)" % summary)
+        self.assertEqual(bad, [], "registrations failed or skipped")
+
+    def test_hook_registers_every_segment(self):
+        results, lines = self.run_ranks(
+            "hook", {"TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "1"})
+        self.check(results, lines)
+
+    def test_mempool_registered(self):
+        results, lines = self.run_ranks("pool", {})
+        self.check(results, lines)
 
 
 if __name__ == "__main__":

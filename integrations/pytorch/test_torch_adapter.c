@@ -12,17 +12,12 @@
  * by vpmm), emptyCache, recordStream, the OOM message; and the stats JSON the
  * Python side reads (stats_json.c).
  *
- * Several devices and processes: size failures as out-of-memory with the device named, the
- * device table (which pool owns a pointer; free and recordStream routed by it whatever the
- * stream's device), peer grants recorded per device, the memory fraction, CUDA IPC handles told
- * apart and refused by name, exports and opens refused with vpmm's reasons. The host backend
- * models one device that cannot export its memory, so several devices are separate host pools
- * in one table, and what needs a second device or exportable memory is run by test_backend.py
- * on GPUs (a part that a host backend with more devices would run is skipped until then).
+ * Several devices: size failures as out-of-memory with the device named, the device table (which
+ * pool owns a pointer; free and recordStream routed by it whatever the stream's device), peer
+ * grants recorded per device, the memory fraction. The host backend models one device per pool,
+ * so several devices are separate host pools in one table; what needs a second device of one
+ * node is run by test_backend.py on GPUs. CUDA IPC is test_torch_adapter_ipc.c's.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE 1 /* fork, waitpid */
-#endif
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,8 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -682,163 +675,6 @@ static void test_memory_fraction(void **state)
     close_fx(&f);
 }
 
-/* The handles getIpcDevPtr may be given, told apart and refused by name. */
-static void test_ipc_kinds(void **state)
-{
-    unsigned char vp[96] = "vpmmIPC1", c[66] = { 2, 'c' }, e[30] = { 2, 'e' }, legacy[64] = { 0 };
-    char why[1024];
-    fixture_t f;
-    void *p = (void *)1;
-    uint64_t opens = 9, closes = 9, releases = 9;
-    size_t now = 9;
-    int released = 7;
-    (void)state;
-    assert_int_equal(vta_ipc_kind(vp, sizeof vp), VTA_IPC_VPMM);
-    assert_int_equal(vta_ipc_kind(c, sizeof c), VTA_IPC_NATIVE_CUDA_MALLOC);
-    assert_int_equal(vta_ipc_kind(e, sizeof e), VTA_IPC_NATIVE_EXPANDABLE);
-    assert_int_equal(vta_ipc_kind(legacy, sizeof legacy), VTA_IPC_LEGACY);
-    assert_int_equal(vta_ipc_kind("hello", 5), VTA_IPC_UNKNOWN);
-    assert_int_equal(vta_ipc_kind(vp, 7), VTA_IPC_UNKNOWN); /* too short for the magic */
-    assert_int_equal(vta_ipc_kind(vp, 0), VTA_IPC_UNKNOWN);
-    assert_int_equal(vta_ipc_kind(NULL, 10), VTA_IPC_UNKNOWN);
-    vta_ipc_refusal(c, sizeof c, why, sizeof why);
-    assert_non_null(strstr(why, "made by PyTorch's native CUDA allocator, not by vpmm"));
-    assert_non_null(strstr(why, "type 'c'"));
-    assert_non_null(strstr(why, "66 bytes"));
-    assert_non_null(strstr(why, "vpmm.torch.enable()"));
-    vta_ipc_refusal(e, sizeof e, why, sizeof why);
-    assert_non_null(strstr(why, "expandable_segments:True"));
-    assert_non_null(strstr(why, "type 'e'"));
-    vta_ipc_refusal(legacy, sizeof legacy, why, sizeof why);
-    assert_non_null(strstr(why, "bare 64-byte cudaIpcMemHandle_t"));
-    vta_ipc_refusal("hello", 5, why, sizeof why);
-    assert_non_null(strstr(why, "(5 bytes, starting 0x68 0x65) is neither vpmm's"));
-    vta_ipc_refusal(vp, sizeof vp, why, sizeof why);
-    assert_non_null(strstr(why, "a vpmm IPC handle"));
-
-    /* Refused before vpmm is asked: nothing opened, nothing counted. */
-    open_fx(&f, 0);
-    assert_int_equal(vta_ipc_open(&f.d, c, sizeof c, &p), VPMM_ERROR_INVALID_ARGUMENT);
-    assert_null(p);
-    assert_int_equal(vta_ipc_open(&f.d, legacy, sizeof legacy, &p), VPMM_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vta_ipc_release(&f.d, e, sizeof e, &released), VPMM_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(released, 0);
-    /* vpmm's magic, but not a whole handle: vpmm says so. */
-    assert_int_equal(vta_ipc_open(&f.d, vp, 40, &p), VPMM_ERROR_INVALID_ARGUMENT);
-    assert_non_null(strstr(vpmm_last_error(), "not a vpmm IPC handle"));
-    /* A vpmm handle that is not open here: a release ends nothing; a close knows nothing. */
-    assert_int_equal(vta_ipc_release(&f.d, vp, sizeof vp, &released), VPMM_SUCCESS);
-    assert_int_equal(released, 0);
-    assert_int_equal(vta_ipc_close(&f.d, (void *)0x1000), VPMM_ERROR_FOREIGN_POINTER);
-    vta_ipc_counts(&f.d, &opens, &closes, &releases, &now);
-    assert_int_equal(opens, 0);
-    assert_int_equal(closes, 0);
-    assert_int_equal(releases, 0);
-    assert_int_equal(now, 0);
-    close_fx(&f);
-}
-
-/* vpmm's wire header (src/core/ipc_wire.h), to make a well-formed handle of a process that has
- * exited: the open must fail with vpmm's reason, counting nothing. */
-typedef struct wire {
-    char magic[8];
-    uint32_t version, nphys;
-    int32_t pid, table_fd;
-    uint64_t nonce, offset, size;
-    uint32_t slot, gen;
-    int32_t device;
-    uint32_t reserved;
-    int32_t fd;
-    uint32_t reserved2;
-    uint64_t serial, esize, eoffset;
-} wire_t;
-
-static void test_ipc_open_refused(void **state)
-{
-    fixture_t f;
-    wire_t w;
-    pid_t child;
-    void *p = (void *)1;
-    size_t now = 9;
-    vpmm_status_t st;
-    (void)state;
-    child = fork();
-    assert_true(child >= 0);
-    if (child == 0)
-        _exit(0);
-    assert_int_equal(waitpid(child, NULL, 0), child); /* reaped: its pid names no process */
-    memset(&w, 0, sizeof w);
-    memcpy(w.magic, "vpmmIPC1", 8);
-    w.version = 1;
-    w.nphys = 1;
-    w.pid = (int32_t)child;
-    w.table_fd = 3;
-    w.nonce = 1;
-    w.size = 4096;
-    w.gen = 1;
-    w.fd = 3;
-    w.serial = 1;
-    w.esize = 2 * MiB;
-    open_fx(&f, 0);
-    assert_int_equal(vta_ipc_kind(&w, sizeof w), VTA_IPC_VPMM);
-    st = vta_ipc_open(&f.d, &w, sizeof w, &p);
-    assert_null(p);
-    if (st == VPMM_ERROR_INVALID_ARGUMENT)
-        assert_non_null(strstr(vpmm_last_error(), "has exited"));
-    else /* a system that refuses pidfd_open says so */
-        assert_int_equal(st, VPMM_ERROR_NOT_SUPPORTED);
-    vta_ipc_counts(&f.d, NULL, NULL, NULL, &now);
-    assert_int_equal(now, 0);
-    assert_int_equal(f.d.nipc, 0);
-    close_fx(&f);
-}
-
-/* shareIpcHandle on memory that cannot be exported: vpmm's reason, which names the cause, and
- * nothing handed out. (Exporting needs a device with POSIX-descriptor handles: test_backend.py.)
- */
-static void test_ipc_export_refused(void **state)
-{
-    fixture_t f, off;
-    const vta_pool_id_t tree = { 0, 4 };
-    unsigned char *h = (unsigned char *)1;
-    size_t len = 9, offset = 9;
-    void *a, *g;
-    (void)state;
-    open_fx(&f, 0); /* config.ipc default: the host backend has no exportable memory */
-    a = talloc(&f, 3 * MiB, NULL, SHARED);
-    assert_int_equal(vta_ipc_export(&f.d, a, &h, &len, &offset), VPMM_ERROR_NOT_SUPPORTED);
-    assert_non_null(strstr(vpmm_last_error(), "cannot be exported (the device does not support "
-                                              "POSIX file descriptor handles)"));
-    assert_null(h);
-    assert_int_equal(len, 0);
-    assert_int_equal(offset, 0);
-    /* A pointer inside the allocation is the allocation's to share (refused for the same cause,
-     * not as an interior pointer). */
-    assert_int_equal(vta_ipc_export(&f.d, (char *)a + 4096, &h, &len, &offset),
-                     VPMM_ERROR_NOT_SUPPORTED);
-    assert_int_equal(vta_ipc_export(&f.d, (void *)0x1000, &h, &len, &offset),
-                     VPMM_ERROR_FOREIGN_POINTER);
-    /* A graph pool's (a MemPool's, a capture's) memory is not shared. */
-    assert_int_equal(vta_pool_incref(&f.d, tree), VPMM_SUCCESS);
-    g = talloc(&f, 4096, (vpmm_stream_t)(uintptr_t)0x5a00, tree);
-    assert_int_equal(vta_ipc_export(&f.d, g, &h, &len, &offset), VPMM_ERROR_NOT_SUPPORTED);
-    assert_non_null(strstr(vpmm_last_error(), "graph pool's allocation"));
-    assert_int_equal(vta_free(&f.d, g), VPMM_SUCCESS);
-    assert_int_equal(vta_pool_decref(&f.d, tree), VPMM_SUCCESS);
-    assert_int_equal(vta_free(&f.d, a), VPMM_SUCCESS);
-    /* Freed memory: vpmm's status for a bad pointer. */
-    assert_int_equal(vta_ipc_export(&f.d, a, &h, &len, &offset), VPMM_ERROR_DOUBLE_FREE);
-    assert_null(h);
-    close_fx(&f);
-
-    open_dev(&off, 0, 0, 0); /* VPMM_IPC=0 */
-    a = talloc(&off, 4096, NULL, SHARED);
-    assert_int_equal(vta_ipc_export(&off.d, a, &h, &len, &offset), VPMM_ERROR_NOT_SUPPORTED);
-    assert_non_null(strstr(vpmm_last_error(), "VPMM_IPC=0"));
-    assert_int_equal(vta_free(&off.d, a), VPMM_SUCCESS);
-    close_fx(&off);
-}
-
 /* The stats as JSON: every field, the extra members, a size that tells how much is needed. */
 static void test_stats_json(void **state)
 {
@@ -904,9 +740,6 @@ int main(void)
         cmocka_unit_test(test_record_stream_routes_by_owner),
         cmocka_unit_test(test_grant_peer),
         cmocka_unit_test(test_memory_fraction),
-        cmocka_unit_test(test_ipc_kinds),
-        cmocka_unit_test(test_ipc_open_refused),
-        cmocka_unit_test(test_ipc_export_refused),
         cmocka_unit_test(test_stats_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

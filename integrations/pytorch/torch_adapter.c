@@ -30,8 +30,7 @@
  * and is then forgotten; its graph pool's handle goes with it (vpmm returns the pages once the
  * graphs are gone; allocations still live become shared ones, valid as before).
  *
- * Segments of a snapshot are runs of mapped regions (allocations and free memory) of one VA chunk
- * and one pool, cut by holes and zombies; blocks are the regions, so they tile each segment.
+ * Snapshots and segment events are torch_adapter_segments.c's.
  *
  * Several devices. PyTorch names a device with each call, but not always the one whose pool holds
  * the pointer: a tensor is freed while another device is current, recordStream names a stream of
@@ -41,7 +40,7 @@
  * through cuMemSetAccess on its own pool (vta_grant_peer), cudaDeviceEnablePeerAccess covers
  * cudaMalloc memory alone.
  *
- * CUDA IPC (shareIpcHandle, getIpcDevPtr) is torch_adapter_ipc.c's.
+ * CUDA IPC (shareIpcHandle, getIpcDevPtr, the shares a free ends) is torch_adapter_ipc.c's.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -127,6 +126,10 @@ int vta_device_init(vta_device_t *d, vpmm_pool_t *pool, int device)
     memset(d, 0, sizeof *d);
     if (pthread_mutex_init(&d->lock, NULL) != 0)
         return -1;
+    if (pthread_mutex_init(&d->seg_lock, NULL) != 0) {
+        pthread_mutex_destroy(&d->lock);
+        return -1;
+    }
     d->pool = pool;
     d->device = device;
     d->fraction = 1.0;
@@ -141,12 +144,14 @@ int vta_device_init(vta_device_t *d, vpmm_pool_t *pool, int device)
 
 void vta_device_fini(vta_device_t *d)
 {
+    if (d->sink != NULL) /* the pool outlives this state: its last events reach no one */
+        (void)vpmm_pool_set_segment_hook(d->pool, NULL, NULL);
     for (size_t i = 0; i < d->npools; i++)
         if (d->pools[i].gp != NULL)
             (void)vpmm_graph_pool_release(d->pools[i].gp);
-    for (size_t i = 0; i < d->nipc; i++)
-        free(d->ipc[i].bytes); /* still open: the pool's destruction unmaps them */
-    free(d->ipc);
+    free(d->exported);
+    free(d->names);
+    pthread_mutex_destroy(&d->seg_lock);
     free(d->pools);
     free(d->ext);
     pthread_mutex_destroy(&d->lock);
@@ -196,6 +201,11 @@ vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_
     vpmm_status_t st;
     if (info->state != VPMM_REGION_ALLOCATED || info->addr != (uintptr_t)ptr)
         return vpmm_free(d->pool, ptr); /* vpmm's status and message for a bad pointer */
+    /* An allocation this device exported: PyTorch frees it only once every consumer has released
+     * it, so the shares no close ended (sends a consumer's cache absorbed) end now, and the
+     * memory is reused at once (torch_adapter_ipc.c). Never exported: one relaxed load. */
+    if (__atomic_load_n(&d->nexported, __ATOMIC_RELAXED) != 0 && vta_i_exported_forget(d, ptr))
+        (void)vpmm_ipc_unshare(d->pool, ptr); /* the allocation is live: it cannot fail */
     st = vpmm_free(d->pool, ptr);
     if (st == VPMM_SUCCESS) {
         pthread_mutex_lock(&d->lock);
@@ -423,8 +433,15 @@ static vpmm_status_t pool_incref(vta_device_t *d, vta_pool_id_t id, int external
             d->cap = d->cap ? d->cap * 2 : 8;
         }
         gp = NULL;
-        if (!external)
-            st = vpmm_graph_pool_create(d->pool, &gp);
+        if (!external) {
+            /* Its name, for the segment events (room first: nothing to undo after creation). */
+            vta_i_names_prune(d);
+            st = vta_i_names_reserve(d);
+            if (st == VPMM_SUCCESS)
+                st = vpmm_graph_pool_create(d->pool, &gp);
+            if (st == VPMM_SUCCESS)
+                vta_i_names_add(d, gp, id);
+        }
         if (st == VPMM_SUCCESS)
             d->pools[d->npools++] = (vta_pool_entry_t){ id, gp, 1 };
     }
@@ -529,7 +546,15 @@ vpmm_status_t vta_pool_decref(vta_device_t *d, vta_pool_id_t id)
         *e = d->pools[--d->npools];
     }
     pthread_mutex_unlock(&d->lock);
-    return gp ? vpmm_graph_pool_release(gp) : VPMM_SUCCESS;
+    if (gp != NULL) {
+        /* Named until its segments are gone: the release may hand them to the shared pool now,
+         * or later, once its graphs are gone (the events name the id either way). */
+        const unsigned g = gp_id(gp);
+        vpmm_status_t st = vpmm_graph_pool_release(gp);
+        vta_i_names_release(d, g);
+        return st;
+    }
+    return VPMM_SUCCESS;
 }
 
 int64_t vta_pool_use_count(vta_device_t *d, vta_pool_id_t id)
@@ -828,166 +853,4 @@ size_t vta_largest_free(vta_device_t *d)
 {
     vpmm_stats_t s;
     return vpmm_get_stats(d->pool, &s) == VPMM_SUCCESS ? s.largest_free_bytes : 0;
-}
-
-/* ---- snapshot ----------------------------------------------------------------------------- */
-
-/* vpmm graph pool id -> mempool id, made before a walk (whose visitor runs under the pool's
- * lock and must not call vpmm). */
-typedef struct id_map {
-    unsigned gp;
-    vta_pool_id_t id;
-} id_map_t;
-
-typedef struct snap_walk {
-    id_map_t *map;
-    size_t nmap;
-    unsigned only; /* a graph pool id, or 0 */
-    int all;       /* every segment */
-    vta_segment_t *segs;
-    size_t n, cap;
-    unsigned last_chunk, last_pool;
-    uintptr_t last_end; /* where the open segment ends; 0: none open */
-    int oom;
-} snap_walk_t;
-
-static int snap_visit(const vpmm_region_info_t *r, void *user)
-{
-    snap_walk_t *w = user;
-    vta_segment_t *g;
-    int mapped = r->state == VPMM_REGION_ALLOCATED || r->state == VPMM_REGION_FREE;
-    if (!mapped || (!w->all && r->pool != w->only)) {
-        w->last_end = 0;
-        return 0;
-    }
-    if (w->last_end != r->addr || w->last_chunk != r->chunk || w->last_pool != r->pool ||
-        (r->state == VPMM_REGION_ALLOCATED && w->segs[w->n - 1].stream != NULL &&
-         w->segs[w->n - 1].stream != r->stream)) {
-        if (w->n == w->cap) { /* a new segment */
-            size_t cap = w->cap ? w->cap * 2 : 16;
-            vta_segment_t *s = realloc(w->segs, cap * sizeof *s);
-            if (s == NULL) {
-                w->oom = 1;
-                return 1;
-            }
-            w->segs = s;
-            w->cap = cap;
-        }
-        g = &w->segs[w->n++];
-        memset(g, 0, sizeof *g);
-        g->address = r->addr;
-        for (size_t i = 0; i < w->nmap; i++)
-            if (w->map[i].gp == r->pool)
-                g->pool = w->map[i].id;
-    }
-    g = &w->segs[w->n - 1];
-    {
-        vta_block_t *b = realloc(g->blocks, (g->nblocks + 1) * sizeof *b);
-        if (b == NULL) {
-            w->oom = 1;
-            return 1;
-        }
-        g->blocks = b;
-        b[g->nblocks++] =
-            (vta_block_t){ r->addr, r->size, r->requested, r->state == VPMM_REGION_ALLOCATED };
-    }
-    g->total_size += r->size;
-    if (r->state == VPMM_REGION_ALLOCATED) {
-        g->allocated_size += r->size;
-        g->requested_size += r->requested;
-        if (g->stream == NULL)
-            g->stream = r->stream;
-    }
-    w->last_end = r->addr + r->size;
-    w->last_chunk = r->chunk;
-    w->last_pool = r->pool;
-    return 0;
-}
-
-/* The allocations of pools with their own allocator, one segment of one block each (all, or
- * id's). Under d->lock. */
-static void add_external_segments(vta_device_t *d, vta_pool_id_t id, int all, snap_walk_t *w)
-{
-    for (size_t i = 0; i < d->next && !w->oom; i++) {
-        const vta_external_t *x = &d->ext[i];
-        vta_segment_t *g;
-        if (!all && !id_eq(x->pool, id))
-            continue;
-        if (w->n == w->cap) {
-            size_t cap = w->cap ? w->cap * 2 : 16;
-            vta_segment_t *segs = realloc(w->segs, cap * sizeof *segs);
-            if (segs == NULL) {
-                w->oom = 1;
-                return;
-            }
-            w->segs = segs;
-            w->cap = cap;
-        }
-        g = &w->segs[w->n];
-        memset(g, 0, sizeof *g);
-        g->blocks = malloc(sizeof *g->blocks);
-        if (g->blocks == NULL) {
-            w->oom = 1;
-            return;
-        }
-        w->n++;
-        g->address = (uintptr_t)x->ptr;
-        g->total_size = g->allocated_size = g->requested_size = x->size;
-        g->stream = x->stream;
-        g->pool = x->pool;
-        g->blocks[0] = (vta_block_t){ (uintptr_t)x->ptr, x->size, x->size, 1 };
-        g->nblocks = 1;
-    }
-}
-
-vpmm_status_t vta_snapshot(vta_device_t *d, vta_pool_id_t id, int all, vta_segment_t **out,
-                           size_t *n)
-{
-    snap_walk_t w;
-    vpmm_status_t st;
-    memset(&w, 0, sizeof w);
-    *out = NULL;
-    *n = 0;
-    w.all = all;
-    pthread_mutex_lock(&d->lock);
-    w.map = malloc((d->npools ? d->npools : 1) * sizeof *w.map);
-    if (w.map == NULL) {
-        pthread_mutex_unlock(&d->lock);
-        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    }
-    for (size_t i = 0; i < d->npools; i++)
-        if (d->pools[i].gp != NULL)
-            w.map[w.nmap++] = (id_map_t){ gp_id(d->pools[i].gp), d->pools[i].id };
-    st = VPMM_SUCCESS;
-    if (!all && !id_default(id)) {
-        vta_pool_entry_t *e = entry_of(d, id);
-        if (e == NULL) {
-            pthread_mutex_unlock(&d->lock);
-            free(w.map);
-            return VPMM_SUCCESS; /* no such pool: no segment */
-        }
-        w.only = e->gp ? gp_id(e->gp) : 0;
-    }
-    if (all || id_default(id) || w.only != 0) /* vpmm's regions (none: a pool of its own) */
-        st = vpmm_pool_walk(d->pool, snap_visit, &w);
-    if (st == VPMM_SUCCESS && !w.oom)
-        add_external_segments(d, id, all, &w);
-    pthread_mutex_unlock(&d->lock);
-    free(w.map);
-    if (st == VPMM_SUCCESS && w.oom)
-        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    if (st != VPMM_SUCCESS) {
-        vta_snapshot_free(w.segs, w.n);
-        return st;
-    }
-    *out = w.segs;
-    *n = w.n;
-    return VPMM_SUCCESS;
-}
-
-void vta_snapshot_free(vta_segment_t *segs, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(segs[i].blocks);
-    free(segs);
 }

@@ -22,10 +22,12 @@
  *    a recordStream reaches the pool that holds it whatever device or stream is current), peer
  *    access granted per device, the OutOfMemoryError text naming the device;
  *  - CUDA IPC: handles exported (shareIpcHandle) and opened (getIpcDevPtr), the handles of other
- *    allocators told apart and refused by name.
+ *    allocators told apart and refused by name, the shares a free ends;
+ *  - segments: the physical handles reported as they come and go (PyTorch's allocator trace
+ *    trackers: NCCL registers them) and listed by a snapshot that agrees with those events.
  *
  * Thread-safety: every function may be called from any thread; a device's own mutex guards its
- * id table, statistics and open IPC handles (never held across a vpmm call that may block on the
+ * id table, statistics and IPC books (never held across a vpmm call that may block on the
  * device).
  */
 #ifndef VPMM_TORCH_ADAPTER_H
@@ -80,13 +82,24 @@ typedef struct vta_external {
     vta_pool_id_t pool;
 } vta_external_t;
 
-/* An IPC handle this process opened (getIpcDevPtr) and has not closed every open of. */
-typedef struct vta_ipc_open {
-    unsigned char *bytes; /* the handle, as opened */
-    size_t len;
-    void *ptr;      /* where it is mapped here (the allocation's start) */
-    uint64_t opens; /* vta_ipc_open calls not closed yet */
-} vta_ipc_open_t;
+/* A vpmm graph pool's mempool id, kept while the graph pool may have segments (events name it
+ * after the id's last reference: torch_adapter_segments.c). */
+typedef struct vta_gp_name {
+    unsigned gp;      /* vpmm's graph pool id */
+    vta_pool_id_t id; /* PyTorch's mempool id */
+    int released;     /* the id's last reference is gone */
+    int seen;         /* a pruning walk found a segment of it */
+} vta_gp_name_t;
+
+/*
+ * A segment of a device's pool appeared (VPMM_SEGMENT_MAPPED: mapped and usable) or is about to
+ * go (VPMM_SEGMENT_UNMAPPED: reported before it moves or is unmapped): [addr, addr + size), one
+ * physical handle, owned by mempool id `pool` ({0,0}: the shared pool). Called under vpmm's pool
+ * lock: it must not call into that pool, nor take a lock that a thread may hold while it calls
+ * into vpmm (a device's `lock` is one).
+ */
+typedef void (*vta_segment_sink_t)(void *user, int device, vpmm_segment_event_t event,
+                                   uintptr_t addr, size_t size, vta_pool_id_t pool);
 
 typedef struct vta_device {
     vpmm_pool_t *pool;
@@ -101,13 +114,23 @@ typedef struct vta_device {
     size_t next, ext_cap;
     vta_stat_t ext_reserved[VTA_NTYPES], ext_segment[VTA_NTYPES]; /* their part of the stats */
     int64_t ext_allocs, ext_frees;
-    double fraction;     /* setMemoryFraction's (1.0: no cap) */
-    uint64_t peers;      /* bit k: device k was given access to this pool (vta_grant_peer) */
-    vta_ipc_open_t *ipc; /* handles open here */
-    size_t nipc, ipc_cap;
+    double fraction;          /* setMemoryFraction's (1.0: no cap) */
+    uint64_t peers;           /* bit k: device k was given access to this pool (vta_grant_peer) */
     uint64_t ipc_open_calls;  /* vta_ipc_open calls that mapped (or found) a handle */
     uint64_t ipc_close_calls; /* vta_ipc_close calls that ended one */
-    uint64_t ipc_releases;    /* shares ended by vta_ipc_release */
+    /* The allocations of this pool exported and not freed since (their starts, sorted): a free
+     * of one ends its shares first (vta_free_known). nexported is read without the lock (a
+     * relaxed load: a free of memory never exported pays nothing more), written under it. */
+    uintptr_t *exported;
+    size_t nexported, exported_cap;
+    uint64_t ipc_unshares; /* frees that ended an exported allocation's shares */
+    /* Segments (torch_adapter_segments.c): seg_lock is a leaf, taken under vpmm's pool lock by
+     * the segment hook; it guards the names and the sink. */
+    pthread_mutex_t seg_lock;
+    vta_gp_name_t *names; /* graph pool id -> mempool id */
+    size_t nnames, names_cap, nreleased;
+    vta_segment_sink_t sink; /* vta_segments_attach's */
+    void *sink_user;
 } vta_device_t;
 
 /* Starts a device's state over pool (the caller keeps the pool alive); 0 or -1 (no memory). */
@@ -122,7 +145,9 @@ void vta_device_fini(vta_device_t *d);
  * (vta_is_oom) is counted in num_ooms (the caller throws with vta_oom_message). */
 vpmm_status_t vta_malloc(vta_device_t *d, size_t size, vpmm_stream_t stream, vta_pool_id_t id,
                          void **out);
-/* Frees ptr (NULL: nothing); its size comes from vpmm (vpmm_pointer_info). */
+/* Frees ptr (NULL: nothing); its size comes from vpmm (vpmm_pointer_info). An allocation that
+ * was exported (vta_ipc_export) has its shares ended first (vpmm_ipc_unshare): PyTorch frees a
+ * shared block only once every consumer released it, so no other process uses it any more. */
 vpmm_status_t vta_free(vta_device_t *d, void *ptr);
 /* The same for a caller that has just asked vpmm_pointer_info (info: its answer for ptr). */
 vpmm_status_t vta_free_known(vta_device_t *d, void *ptr, const vpmm_region_info_t *info);
@@ -215,13 +240,20 @@ const char *vta_ipc_refusal(const void *bytes, size_t len, char *buf, size_t cap
 
 /*
  * shareIpcHandle(ptr): exports the allocation of d's pool that holds ptr (vpmm_ipc_export: one
- * share, which one open in another process takes over and its close ends; the memory is not
- * reused, even once freed, until every share is over). *out gets the handle (malloc'd: the
- * caller frees it), *len its length, *offset ptr - the allocation's start. Refused with vpmm's
- * status and message: a pointer that is not in a live allocation (the statuses of vpmm_free), a
- * graph pool's allocation (graph pools and MemPools are not shared), a pool whose memory cannot
- * be exported (VPMM_ERROR_NOT_SUPPORTED: VPMM_IPC=0, or the device has no POSIX-descriptor
- * handles).
+ * share, which one open in another process takes over and its close ends) and remembers it as
+ * exported, so that its free ends the shares no close has ended (vta_free). *out gets the handle
+ * (malloc'd: the caller frees it), *len its length, *offset ptr - the allocation's start. Refused
+ * with vpmm's status and message: a pointer that is not in a live allocation (the statuses of
+ * vpmm_free), a graph pool's allocation (graph pools and MemPools are not shared), a pool whose
+ * memory cannot be exported (VPMM_ERROR_NOT_SUPPORTED: VPMM_IPC=0, or the device has no
+ * POSIX-descriptor handles); HOST_OUT_OF_MEMORY before anything is exported.
+ *
+ * The lifetime of a shared block: PyTorch's reference counts hold it (the producer frees it only
+ * once every consumer has released it: CudaIPCSentData), and a consumer that receives the same
+ * block again while it holds it opens nothing (its cache), so that send's share is never closed.
+ * vpmm's share counts protect a C user of vpmm_ipc_* (memory freed while shared is not reused
+ * until every share is over); for PyTorch the free ends them (vpmm_ipc_unshare), and the memory
+ * is reused at once.
  */
 vpmm_status_t vta_ipc_export(vta_device_t *d, const void *ptr, unsigned char **out, size_t *len,
                              size_t *offset);
@@ -236,18 +268,10 @@ vpmm_status_t vta_ipc_open(vta_device_t *d, const void *handle, size_t len, void
 /* The deleter of getIpcDevPtr's pointer: ends one vta_ipc_open of ptr (vpmm_ipc_close; the last
  * one waits for the device, then unmaps). */
 vpmm_status_t vta_ipc_close(vta_device_t *d, void *ptr);
-/*
- * Ends the share of one export that no open here will take over: the consumer already holds the
- * same allocation open (torch.multiprocessing found the storage in its cache and made no
- * getIpcDevPtr), so without this the producer's share count would never reach 0 and the memory
- * would stay out of use until the producer's pool is destroyed. One vpmm_ipc_open and
- * vpmm_ipc_close of the open allocation: no mapping, no wait. *released: 1 if a share was ended,
- * 0 if the handle is not open on d (nothing done).
- */
-vpmm_status_t vta_ipc_release(vta_device_t *d, const void *handle, size_t len, int *released);
-/* The IPC counters of d (any pointer may be NULL). */
+/* The IPC counters of d (any pointer may be NULL): opens and closes made here, frees that ended an
+ * exported allocation's shares, opens not closed yet, exported allocations not freed yet. */
 void vta_ipc_counts(vta_device_t *d, uint64_t *open_calls, uint64_t *close_calls,
-                    uint64_t *releases, size_t *open_now);
+                    uint64_t *unshares, size_t *open_now, size_t *exported_now);
 
 /* ---- mempool ids ---------------------------------------------------------------------------- */
 
@@ -304,17 +328,22 @@ size_t vta_empty_cache(vta_device_t *d);
 /* cacheInfo: the largest free span. */
 size_t vta_largest_free(vta_device_t *d);
 
-/* One block of a snapshot segment (BlockInfo): an allocation or free memory. */
+/* One block of a snapshot segment (BlockInfo): an allocation, a part of one, or free memory. */
 typedef struct vta_block {
     uintptr_t address;
-    size_t size, requested_size;
-    int allocated;
+    size_t size, requested_size; /* requested: the part of the request that lies in the block */
+    int allocated;               /* an allocation's bytes */
+    int continued; /* handle segments: a later part of an allocation that begins in an earlier
+                      segment (PyTorch sees it as active, not allocated: one allocated block per
+                      allocation) */
 } vta_block_t;
 
-/* One segment (SegmentInfo): a run of mapped regions of one VA chunk with no hole between them,
- * of one pool (a mempool id's graph pool, or the shared pool: id {0,0}) and one stream — an
- * allocation of another stream than the run's first starts a new segment, as each native segment
- * belongs to one stream (free memory stays with the segment it follows). Its blocks tile it. */
+/* One segment (SegmentInfo). vta_snapshot's: a run of mapped regions of one VA chunk with no hole
+ * between them, of one pool (a mempool id's graph pool, or the shared pool: id {0,0}) and one
+ * stream — an allocation of another stream than the run's first starts a new segment, as each
+ * native segment belongs to one stream (free memory stays with the segment it follows).
+ * vta_snapshot_handles': one physical handle at its live address. Either way its blocks tile
+ * it. */
 typedef struct vta_segment {
     uintptr_t address;
     size_t total_size, allocated_size, requested_size;
@@ -325,10 +354,46 @@ typedef struct vta_segment {
 } vta_segment_t;
 
 /* snapshot(id): every segment (id {0,0} and all = 1), or only id's graph pool's (all = 0).
- * *out is an array the caller frees with vta_snapshot_free. */
+ * *out is an array the caller frees with vta_snapshot_free. Segments are runs of regions: each
+ * allocation is one block (what PyTorch's memory tools expect). */
 vpmm_status_t vta_snapshot(vta_device_t *d, vta_pool_id_t id, int all, vta_segment_t **out,
                            size_t *n);
+/* The same with vpmm's segments: each physical handle at its live address — exactly the segments
+ * the events have reported (vta_segments_attach), each named by the mempool id its events named
+ * — its blocks the regions clipped to it; an allocation that spans several handles is one
+ * allocated block in the first and a continued block in each other (torch_adapter_segments.c).
+ * The segments of pools with their own allocator as vta_snapshot's. */
+vpmm_status_t vta_snapshot_handles(vta_device_t *d, vta_pool_id_t id, int all, vta_segment_t **out,
+                                   size_t *n);
 void vta_snapshot_free(vta_segment_t *segs, size_t n);
+
+/* ---- segment events (PyTorch's allocator trace trackers; NCCL registration) ----------------- */
+
+/* From now on, every segment event of d's pool reaches sink (NULL: none), with the mempool id of
+ * the segment's graph pool. Events before the call are not replayed: vta_snapshot_handles lists
+ * what exists. vpmm's status (the pool's hook is set). */
+vpmm_status_t vta_segments_attach(vta_device_t *d, vta_segment_sink_t sink, void *user);
+
+/* VPMM_TORCH_SEGMENTS: which segments snapshot() reports. */
+typedef enum vta_segments_mode {
+    VTA_SEGMENTS_AUTO = 0,    /* unset, "" or "auto": the physical handles while a trace tracker
+                                 is attached (NCCL registers what snapshot lists), else runs */
+    VTA_SEGMENTS_HANDLES = 1, /* "handles": the physical handles always */
+} vta_segments_mode_t;
+/* 0 and *out, or -1 for any other text (*out unchanged). */
+int vta_segments_mode_parse(const char *text, vta_segments_mode_t *out);
+
+/* ---- internal (across the adapter's files) ------------------------------------------------- */
+
+/* Forgets ptr as exported: 1 if it was (its free must end its shares), 0 if not. */
+int vta_i_exported_forget(vta_device_t *d, const void *ptr);
+/* Graph pool names (torch_adapter_segments.c; vta_pool_incref / vta_pool_decref): room for one
+ * more (HOST_OUT_OF_MEMORY), the name of a new graph pool (room made), its last reference gone,
+ * the released names without segments dropped. */
+vpmm_status_t vta_i_names_reserve(vta_device_t *d);
+void vta_i_names_add(vta_device_t *d, const vpmm_graph_pool_t *gp, vta_pool_id_t id);
+void vta_i_names_release(vta_device_t *d, unsigned gp);
+void vta_i_names_prune(vta_device_t *d);
 
 #ifdef __cplusplus
 }

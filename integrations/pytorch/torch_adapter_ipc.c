@@ -1,19 +1,22 @@
 /*
  * torch_adapter_ipc.c — CUDA IPC for vpmm's PyTorch CUDAAllocator (contracts in torch_adapter.h):
  * shareIpcHandle's export, getIpcDevPtr's open and its deleter's close, the handles of other
- * allocators told apart and refused by name.
+ * allocators told apart and refused by name, and the shares a free ends.
  *
  * A handle is vpmm_ipc_export's bytes, its offset the pointer's from the allocation's start.
  * vpmm counts one share per export, which one open in the consumer takes over and its close
- * ends; torch.multiprocessing's consumer opens a handle only when it does not hold the storage
- * already (its cache), so each device keeps the handles open here (d->ipc) and vta_ipc_release
- * ends the share of a send that found the storage cached (INTERFACE.md §9.3).
+ * ends. torch.multiprocessing's consumer opens a handle only when it does not hold the storage
+ * already (its cache), so a send that finds it there leaves its share open; PyTorch frees the
+ * producer's block only once every consumer has released it (INTERFACE.md §9.3). So each device
+ * keeps the allocations it exported (d->exported, sorted) and their free ends the shares left
+ * (vpmm_ipc_unshare, in vta_free_known): the memory is reused at once, as with PyTorch's own
+ * allocator.
  *
- * Thread-safety: d->lock guards d->ipc and the counters. The order that makes vta_ipc_release
- * safe without holding d->lock across a blocking call: a close forgets its open here (under
- * d->lock) *before* vpmm_ipc_close, so an open this table counts is always open in vpmm too; a
- * release holds d->lock across its vpmm_ipc_open / vpmm_ipc_close pair, which then neither maps
- * nor waits (the allocation is open, and not for the last time).
+ * Thread-safety: d->lock guards d->exported and the counters. An export holds it across
+ * vpmm_ipc_export, so that the room for the table's entry is made before anything is exported
+ * and the entry is added after (no export a free would miss, none that host memory could make
+ * unrecorded); d->nexported is also read without it (a relaxed atomic load: zero, and a free
+ * looks no further). Lock order: d->lock, then the pool's lock (inside vpmm).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +87,61 @@ const char *vta_ipc_refusal(const void *bytes, size_t len, char *buf, size_t cap
     return buf;
 }
 
+/* Where ptr is or would go in d->exported (sorted). Under d->lock. */
+static size_t exported_at(const vta_device_t *d, uintptr_t ptr)
+{
+    size_t lo = 0, hi = d->nexported;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->exported[mid] < ptr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Room for one more entry in d->exported. Under d->lock. */
+static vpmm_status_t exported_room(vta_device_t *d)
+{
+    if (d->nexported == d->exported_cap) {
+        size_t cap = d->exported_cap ? d->exported_cap * 2 : 16;
+        uintptr_t *t = realloc(d->exported, cap * sizeof *t);
+        if (t == NULL)
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        d->exported = t;
+        d->exported_cap = cap;
+    }
+    return VPMM_SUCCESS;
+}
+
+/* Adds ptr to d->exported (room made: exported_room), once. Under d->lock. */
+static void exported_add(vta_device_t *d, uintptr_t ptr)
+{
+    size_t i = exported_at(d, ptr);
+    if (i < d->nexported && d->exported[i] == ptr)
+        return;
+    memmove(&d->exported[i + 1], &d->exported[i], (d->nexported - i) * sizeof *d->exported);
+    d->exported[i] = ptr;
+    __atomic_store_n(&d->nexported, d->nexported + 1, __ATOMIC_RELAXED);
+}
+
+int vta_i_exported_forget(vta_device_t *d, const void *ptr)
+{
+    size_t i;
+    int found;
+    pthread_mutex_lock(&d->lock);
+    i = exported_at(d, (uintptr_t)ptr);
+    found = i < d->nexported && d->exported[i] == (uintptr_t)ptr;
+    if (found) {
+        memmove(&d->exported[i], &d->exported[i + 1], (d->nexported - i - 1) * sizeof *d->exported);
+        __atomic_store_n(&d->nexported, d->nexported - 1, __ATOMIC_RELAXED);
+        d->ipc_unshares++;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return found;
+}
+
 vpmm_status_t vta_ipc_export(vta_device_t *d, const void *ptr, unsigned char **out, size_t *len,
                              size_t *offset)
 {
@@ -105,16 +163,22 @@ vpmm_status_t vta_ipc_export(vta_device_t *d, const void *ptr, unsigned char **o
     buf = malloc(cap);
     if (buf == NULL)
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    st = vpmm_ipc_export(d->pool, (const void *)base, buf, cap, &n);
+    pthread_mutex_lock(&d->lock);
+    st = exported_room(d);
+    if (st == VPMM_SUCCESS)
+        st = vpmm_ipc_export(d->pool, (const void *)base, buf, cap, &n);
     if (st == VPMM_ERROR_INVALID_ARGUMENT && n > cap) { /* a bound too small: once more */
         unsigned char *more = realloc(buf, n);
         if (more == NULL) {
-            free(buf);
-            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        } else {
+            buf = more;
+            st = vpmm_ipc_export(d->pool, (const void *)base, buf, n, &n);
         }
-        buf = more;
-        st = vpmm_ipc_export(d->pool, (const void *)base, buf, n, &n);
     }
+    if (st == VPMM_SUCCESS)
+        exported_add(d, base);
+    pthread_mutex_unlock(&d->lock);
     if (st != VPMM_SUCCESS) {
         free(buf);
         return st;
@@ -125,78 +189,24 @@ vpmm_status_t vta_ipc_export(vta_device_t *d, const void *ptr, unsigned char **o
     return VPMM_SUCCESS;
 }
 
-/* The entry of d->ipc opened through these bytes, or NULL. Under d->lock. */
-static vta_ipc_open_t *ipc_by_bytes(vta_device_t *d, const void *bytes, size_t len)
-{
-    for (size_t i = 0; i < d->nipc; i++)
-        if (d->ipc[i].len == len && memcmp(d->ipc[i].bytes, bytes, len) == 0)
-            return &d->ipc[i];
-    return NULL;
-}
-
 vpmm_status_t vta_ipc_open(vta_device_t *d, const void *handle, size_t len, void **out)
 {
-    unsigned char *copy;
-    vta_ipc_open_t *e;
     vpmm_status_t st;
-    void *p = NULL;
-
     *out = NULL;
     if (vta_ipc_kind(handle, len) != VTA_IPC_VPMM)
-        return VPMM_ERROR_INVALID_ARGUMENT; /* vta_ipc_refusal says what it is */
-    copy = malloc(len);
-    if (copy == NULL)
-        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    memcpy(copy, handle, len);
-    st = vpmm_ipc_open(d->pool, handle, len, &p); /* may map: not under d->lock */
-    if (st != VPMM_SUCCESS) {
-        free(copy);
-        return st;
+        return VPMM_ERROR_INVALID_ARGUMENT;        /* vta_ipc_refusal says what it is */
+    st = vpmm_ipc_open(d->pool, handle, len, out); /* may map: not under d->lock */
+    if (st == VPMM_SUCCESS) {
+        pthread_mutex_lock(&d->lock);
+        d->ipc_open_calls++;
+        pthread_mutex_unlock(&d->lock);
     }
-    pthread_mutex_lock(&d->lock);
-    e = ipc_by_bytes(d, handle, len);
-    if (e == NULL && d->nipc == d->ipc_cap) {
-        size_t cap = d->ipc_cap ? d->ipc_cap * 2 : 8;
-        vta_ipc_open_t *t = realloc(d->ipc, cap * sizeof *t);
-        if (t == NULL) {
-            pthread_mutex_unlock(&d->lock);
-            free(copy);
-            (void)vpmm_ipc_close(d->pool, p);
-            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        }
-        d->ipc = t;
-        d->ipc_cap = cap;
-    }
-    if (e == NULL) {
-        e = &d->ipc[d->nipc++];
-        *e = (vta_ipc_open_t){ copy, len, p, 0 };
-        copy = NULL;
-    }
-    e->opens++;
-    d->ipc_open_calls++;
-    pthread_mutex_unlock(&d->lock);
-    free(copy);
-    *out = p;
-    return VPMM_SUCCESS;
+    return st;
 }
 
 vpmm_status_t vta_ipc_close(vta_device_t *d, void *ptr)
 {
-    vpmm_status_t st;
-    /* Forgotten here first (see the head comment): an open this table counts is open in vpmm. */
-    pthread_mutex_lock(&d->lock);
-    for (size_t i = 0; i < d->nipc; i++) {
-        vta_ipc_open_t *e = &d->ipc[i];
-        if (e->ptr != ptr || e->opens == 0)
-            continue;
-        if (--e->opens == 0) {
-            free(e->bytes);
-            *e = d->ipc[--d->nipc];
-        }
-        break;
-    }
-    pthread_mutex_unlock(&d->lock);
-    st = vpmm_ipc_close(d->pool, ptr); /* the last close waits for the device */
+    vpmm_status_t st = vpmm_ipc_close(d->pool, ptr); /* the last close waits for the device */
     if (st == VPMM_SUCCESS) {
         pthread_mutex_lock(&d->lock);
         d->ipc_close_calls++;
@@ -205,46 +215,19 @@ vpmm_status_t vta_ipc_close(vta_device_t *d, void *ptr)
     return st;
 }
 
-vpmm_status_t vta_ipc_release(vta_device_t *d, const void *handle, size_t len, int *released)
-{
-    vta_ipc_open_t *e;
-    vpmm_status_t st = VPMM_SUCCESS;
-    void *p = NULL;
-
-    *released = 0;
-    if (vta_ipc_kind(handle, len) != VTA_IPC_VPMM)
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    pthread_mutex_lock(&d->lock);
-    e = ipc_by_bytes(d, handle, len);
-    if (e != NULL && e->opens > 0) {
-        /* Open here, and not closed meanwhile (a close needs d->lock first): vpmm's open finds
-         * the mapping and its close is not the last one, so neither maps nor waits. */
-        st = vpmm_ipc_open(d->pool, handle, len, &p);
-        if (st == VPMM_SUCCESS)
-            st = vpmm_ipc_close(d->pool, p); /* ends one share */
-        if (st == VPMM_SUCCESS) {
-            *released = 1;
-            d->ipc_releases++;
-        }
-    }
-    pthread_mutex_unlock(&d->lock);
-    return st;
-}
-
 void vta_ipc_counts(vta_device_t *d, uint64_t *open_calls, uint64_t *close_calls,
-                    uint64_t *releases, size_t *open_now)
+                    uint64_t *unshares, size_t *open_now, size_t *exported_now)
 {
-    size_t now = 0;
     pthread_mutex_lock(&d->lock);
-    for (size_t i = 0; i < d->nipc; i++)
-        now += (size_t)d->ipc[i].opens;
     if (open_calls != NULL)
         *open_calls = d->ipc_open_calls;
     if (close_calls != NULL)
         *close_calls = d->ipc_close_calls;
-    if (releases != NULL)
-        *releases = d->ipc_releases;
+    if (unshares != NULL)
+        *unshares = d->ipc_unshares;
     if (open_now != NULL)
-        *open_now = now;
+        *open_now = (size_t)(d->ipc_open_calls - d->ipc_close_calls);
+    if (exported_now != NULL)
+        *exported_now = d->nexported;
     pthread_mutex_unlock(&d->lock);
 }

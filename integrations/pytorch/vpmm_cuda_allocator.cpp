@@ -1,41 +1,54 @@
 /*
  * vpmm_cuda_allocator.cpp — vpmm as PyTorch's complete CUDA allocator: a subclass of
  * c10::cuda::CUDACachingAllocator::CUDAAllocator (PyTorch 2.11), installed before CUDA is
- * initialised by vpmm_torch_backend_install() (integrations/pytorch/vpmm/torch.py calls it).
+ * initialised (vpmm_backend.h's install, which vpmm_torch_backend.cpp's exported
+ * vpmm_torch_backend_install calls for integrations/pytorch/vpmm/torch.py).
  *
  * A thin layer: each method turns PyTorch's types into the C adapter's (torch_adapter.h, tested
  * on the host backend) and back. What lives only here: PyTorch's routing filters (a capture or a
  * thread allocating into a mempool id: beginAllocateToPool's std::function, evaluated LIFO as the
  * native allocator does), DataPtrs and their one raw deleter, the OutOfMemoryError with vpmm's
- * report and the OOM observers, the CheckpointDelta's DataPtrs, and the CUDA runtime calls the
+ * report and the OOM observers, the CheckpointDelta's DataPtrs, the CUDA runtime calls the
  * interface asks for (copies, peer access), and the allocators of MemPools created with their own
- * allocator (torch.cuda.MemPool(allocator), e.g. NCCL's for symmetric memory): allocations routed
- * to such a pool come from that allocator, one call each (vpmm cannot cache or remap memory it
- * does not own); the adapter counts them and shows them in snapshots. Contracts and call traces:
- * INTERFACE.md.
+ * allocator (torch.cuda.MemPool(allocator), e.g. NCCL's): their allocations come from that
+ * allocator, one call each; the adapter counts them and shows them in snapshots. Contracts and
+ * call traces: INTERFACE.md.
  *
- * Several devices: one vpmm pool per device, created by the device's first allocation (or by a
- * peer grant or IPC open that needs it); a statistics query, cacheInfo or emptyCache on a device
- * that has none creates nothing (no CUDA context on a device the program never used). A free,
- * recordStream or shareIpcHandle goes to the pool that holds the pointer (vta_owner), whatever
- * device or stream PyTorch names. enablePeerAccess(dev, to) also gives dev access to to's pool
- * (vta_grant_peer): cudaDeviceEnablePeerAccess alone does not reach VMM memory.
+ * Several devices (§9.1): one vpmm pool per device, created by its first use (a statistics query
+ * creates none); a free, recordStream or shareIpcHandle goes to the pool that holds the pointer;
+ * enablePeerAccess also grants the pool (cudaDeviceEnablePeerAccess does not reach VMM memory).
+ * CUDA IPC (§9.3): vpmm_ipc_export / vpmm_ipc_open / vpmm_ipc_close through the adapter, whose
+ * free of an exported block ends the shares no consumer closed; handles of PyTorch's own allocator
+ * are refused by name. Out of memory: PyTorch's free-memory callbacks run (its IPC collection) and
+ * the allocation is retried once, as the native allocator does.
  *
- * CUDA IPC: shareIpcHandle is vpmm_ipc_export of the allocation that holds the pointer (the
- * offset from its start), getIpcDevPtr one vpmm_ipc_open on the current device's pool, whose
- * shared_ptr's deleter is one vpmm_ipc_close (adapter: vta_ipc_*). Handles of PyTorch's native
- * allocator are refused by name. Out-of-memory runs PyTorch's free-memory callbacks (its IPC
- * collection frees blocks that consumers are done with) and retries once, as the native allocator
- * does.
+ * Segments and trace trackers (§10): attachAllocatorTraceTracker keeps PyTorch's trackers
+ * (vpmm_trackers.h; ProcessGroupNCCL's register each segment with NCCL); from the first tracker
+ * (or history recording) on, every device's pool reports its segments — each physical handle at
+ * its live address, reported gone before it moves or is unmapped — as TraceEntry SEGMENT_ALLOC /
+ * SEGMENT_FREE (no stream; the mempool id of its graph pool, or {0,0}) to the trackers and the
+ * history; before a SEGMENT_FREE reaches the trackers the device's work is waited for
+ * (wait_for_device). A MemPool's own allocations are segments of their own, as with the native
+ * allocator. While a tracker is attached (or with VPMM_TORCH_SEGMENTS=handles) snapshot() lists the
+ * same segments, else runs of regions (each allocation one block, what PyTorch's memory tools
+ * expect).
  *
- * Threads: any. The device table is created once by init(); a device's state and pool at its
- * first use, under create_lock_, published with release stores and read with acquire loads (the
- * adapter's table: torch_adapter.h); devices are never destroyed (PyTorch frees tensors until the
- * process ends, as with its own allocator, a leaked static). The routing list of a device is under
- * its own mutex (never held while vpmm works), with an atomic count so that a malloc with nothing
- * routed takes no lock; the MemPools' own allocators and their live pointers under ext_lock_.
- * No iostreams (INTERFACE.md §5): messages are built with cat() (std::string, snprintf), and every
- * TORCH_CHECK gets one string, which c10 passes on without a stream.
+ * Threads: any. The device table is made by init(); a device's state and pool at its first use,
+ * under create_lock_, published with release stores and read with acquire loads; devices are never
+ * destroyed (PyTorch frees tensors until the process ends; the native allocator is a leaked
+ * static too). A device's routing list is under its own mutex (never held while vpmm works), with
+ * an atomic count so that a malloc with nothing routed takes no lock; the MemPools' allocators and
+ * live pointers under ext_lock_. Lock order (each may be taken holding those before it, never the
+ * other way): ext_lock_ → create_lock_ → a device's adapter lock → vpmm's pool lock → the adapter's
+ * seg_lock → the trackers' list lock / the history's lock → the trackers' own locks. The segment
+ * hook runs under vpmm's pool lock and calls the trackers there (as the native allocator calls
+ * them under its own), so whatever it takes must never be held by a thread that waits for vpmm:
+ * seg_lock and the list and history locks are leaves, and PyTorch's trackers take only their own
+ * locks and call NCCL, never the allocator (ProcessGroupNCCL releases them before it calls
+ * snapshot()). A tracker's exception never unwinds through vpmm: it is thrown after the vpmm call
+ * where the caller may throw (an allocation, emptyCache, setMemoryFraction), else written to
+ * stderr (raw_delete, releasePool, setCheckpointPoolState: deleters and destructors call them).
+ * No iostreams (§5): messages are vpmm_text.h's cat(); every TORCH_CHECK gets one string.
  */
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -52,6 +65,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -64,64 +78,29 @@
 #include <vector>
 
 extern "C" {
-#include "stats_json.h"
 #include "torch_adapter.h"
 }
+#include "vpmm_backend.h"
+#include "vpmm_convert.h"
 #include "vpmm_history.h"
+#include "vpmm_text.h"
+#include "vpmm_trackers.h"
 
 namespace
 {
 
 using namespace c10::cuda::CUDACachingAllocator;
 using c10::MempoolId_t;
-using c10::CachingDeviceAllocator::BlockInfo;
 using c10::CachingDeviceAllocator::DeviceStats;
-using c10::CachingDeviceAllocator::SegmentInfo;
+
+using vpmm_torch::cat;
+using vpmm_torch::report_tracker_error;
+using vpmm_torch::status_text;
+using vpmm_torch::throw_tracker_error;
+using vpmm_torch::to_vta;
+using vpmm_torch::tracker_error_pending;
 
 void vpmm_raw_delete(void *ptr);
-
-vta_pool_id_t to_vta(MempoolId_t id)
-{
-    return vta_pool_id_t{ id.first, id.second };
-}
-
-std::string status_text(vpmm_status_t st)
-{
-    return std::string(vpmm_status_name(st)) + " (" + vpmm_strerror(st) + "): " + vpmm_last_error();
-}
-
-/* cat(...): a message from strings, numbers and pointers, without iostreams. */
-void append(std::string &s, const char *x)
-{
-    s += x;
-}
-void append(std::string &s, const std::string &x)
-{
-    s += x;
-}
-void append(std::string &s, const void *p)
-{
-    char b[32];
-    std::snprintf(b, sizeof b, "%p", p);
-    s += b;
-}
-void append(std::string &s, double v)
-{
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", v);
-    s += b;
-}
-template <typename T, typename std::enable_if<std::is_integral<T>::value, int>::type = 0>
-void append(std::string &s, T v)
-{
-    s += std::to_string(static_cast<long long>(v)); /* int8_t (DeviceIndex) as a number */
-}
-template <typename... A> std::string cat(const A &...a)
-{
-    std::string s;
-    (append(s, a), ...);
-    return s;
-}
 
 /* One CUDA device: its vpmm pool, the adapter's state over it, PyTorch's routing list. */
 struct Device {
@@ -226,6 +205,7 @@ class VpmmAllocator : public CUDAAllocator
                                     " (not allocated by vpmm on any device)"));
         history_.on_free(static_cast<c10::DeviceIndex>(owner), ptr, info.size, info.stream);
         vpmm_status_t st = vta_free_known(table_[owner], ptr, &info);
+        report_tracker_error("a free"); /* a deleter: nothing thrown */
         TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: invalid device pointer: ", ptr, " (device ",
                                             owner, "): ", status_text(st)));
     }
@@ -277,7 +257,8 @@ class VpmmAllocator : public CUDAAllocator
     void releasePool(c10::DeviceIndex dev, MempoolId_t id) override
     {
         Device &d = device(dev);
-        vpmm_status_t st = vta_pool_decref(&d.vta, to_vta(id));
+        vpmm_status_t st = vta_pool_decref(&d.vta, to_vta(id)); /* may hand its pages over */
+        report_tracker_error("releasePool"); /* CUDAGraph's destructor calls it */
         TORCH_CHECK(st == VPMM_SUCCESS, "vpmm: releasePool of an unknown mempool id");
         if (vta_pool_use_count(&d.vta, to_vta(id)) == 0) {
             std::lock_guard<std::mutex> g(ext_lock_);
@@ -346,6 +327,7 @@ class VpmmAllocator : public CUDAAllocator
         size_t nfreed = 0, nallocd = 0;
         vpmm_status_t st =
             vta_checkpoint_apply(&device(dev).vta, state->ck, &freed, &nfreed, &allocd, &nallocd);
+        report_tracker_error("setCheckpointPoolState"); /* its delta must reach the caller */
         TORCH_CHECK(st == VPMM_SUCCESS,
                     cat("vpmm: setCheckpointPoolState failed: ", status_text(st)));
         CheckpointDelta delta;
@@ -367,25 +349,7 @@ class VpmmAllocator : public CUDAAllocator
         s.max_split_size = -1;
         if (Device *d = find(dev))
             vta_get_stats(&d->vta, &s);
-        DeviceStats out;
-        copy_array(out.allocation, s.allocation);
-        copy_array(out.segment, s.segment);
-        copy_array(out.active, s.active);
-        copy_array(out.inactive_split, s.inactive_split);
-        copy_array(out.allocated_bytes, s.allocated_bytes);
-        copy_array(out.reserved_bytes, s.reserved_bytes);
-        copy_array(out.active_bytes, s.active_bytes);
-        copy_array(out.inactive_split_bytes, s.inactive_split_bytes);
-        copy_array(out.requested_bytes, s.requested_bytes);
-        out.num_alloc_retries = s.num_alloc_retries;
-        out.num_ooms = s.num_ooms;
-        copy_stat(out.oversize_allocations, s.oversize_allocations);
-        copy_stat(out.oversize_segments, s.oversize_segments);
-        out.num_sync_all_streams = s.num_sync_all_streams;
-        out.num_device_alloc = s.num_device_alloc;
-        out.num_device_free = s.num_device_free;
-        out.max_split_size = s.max_split_size;
-        return out;
+        return vpmm_torch::device_stats(s);
     }
     void resetAccumulatedStats(c10::DeviceIndex dev) override
     {
@@ -420,6 +384,7 @@ class VpmmAllocator : public CUDAAllocator
             }
             (void)vta_empty_cache(&d->vta);
         }
+        throw_tracker_error(); /* a deregistration that failed, as the native allocator's */
     }
     void cacheInfo(c10::DeviceIndex dev, size_t *largestBlock) override
     {
@@ -454,39 +419,23 @@ class VpmmAllocator : public CUDAAllocator
             for (auto &e : history_.entries())
                 if (e.device_ >= 0 && static_cast<size_t>(e.device_) < ndevices_)
                     info.device_traces[static_cast<size_t>(e.device_)].push_back(std::move(e));
+        /* The segments trackers hear of (physical handles) while any is attached: a communicator
+         * created now registers them, and the events deregister them later. */
+        const bool handles = segments_mode_ == VTA_SEGMENTS_HANDLES || trackers_.count() != 0;
         for (size_t i = 0; i < ndevices_; i++) {
             Device *d = find(static_cast<c10::DeviceIndex>(i));
             if (!d)
                 continue;
             vta_segment_t *segs = nullptr;
             size_t n = 0;
-            vpmm_status_t st = vta_snapshot(&d->vta, to_vta(id), all, &segs, &n);
+            vpmm_status_t st = handles ? vta_snapshot_handles(&d->vta, to_vta(id), all, &segs, &n)
+                                       : vta_snapshot(&d->vta, to_vta(id), all, &segs, &n);
             TORCH_CHECK(st == VPMM_SUCCESS,
                         cat("vpmm: snapshot of device ", i, " failed: ", status_text(st)));
-            for (size_t k = 0; k < n; k++) {
-                SegmentInfo seg;
-                seg.device = static_cast<c10::DeviceIndex>(i);
-                seg.address = segs[k].address;
-                seg.total_size = segs[k].total_size;
-                seg.requested_size = segs[k].requested_size;
-                seg.allocated_size = segs[k].allocated_size;
-                seg.active_size = segs[k].allocated_size;
-                seg.stream = segs[k].stream;
-                seg.is_large = true;
-                seg.owner_private_pool_id = MempoolId_t{ segs[k].pool.first, segs[k].pool.second };
-                for (size_t b = 0; b < segs[k].nblocks; b++) {
-                    BlockInfo block;
-                    block.size = segs[k].blocks[b].size;
-                    block.requested_size = segs[k].blocks[b].requested_size;
-                    block.allocated = segs[k].blocks[b].allocated != 0;
-                    block.active = block.allocated;
-                    if (block.allocated)
-                        block.context_when_allocated = history_.context_of(
-                            reinterpret_cast<void *>(segs[k].blocks[b].address));
-                    seg.blocks.push_back(block);
-                }
-                info.segments.push_back(std::move(seg));
-            }
+            for (size_t k = 0; k < n; k++) /* registration_counter: address order */
+                info.segments.push_back(
+                    vpmm_torch::segment_info(segs[k], static_cast<c10::DeviceIndex>(i),
+                                             static_cast<int32_t>(info.segments.size()), history_));
             vta_snapshot_free(segs, n);
         }
         return info;
@@ -512,6 +461,7 @@ class VpmmAllocator : public CUDAAllocator
             C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
         }
         vpmm_status_t st = vta_set_memory_fraction(&d.vta, fraction, total_b);
+        throw_tracker_error();
         TORCH_CHECK(st == VPMM_SUCCESS, cat("vpmm: setting device ", dev, "'s memory fraction to ",
                                             fraction, " failed: ", status_text(st)));
     }
@@ -530,10 +480,10 @@ class VpmmAllocator : public CUDAAllocator
     /*
      * A handle another process opens with getIpcDevPtr: vpmm_ipc_export's bytes for the
      * allocation that holds ptr, and ptr's offset from its start (torch.multiprocessing passes the
-     * storage's own pointer: offset 0). Each call counts one share in vpmm (its memory is not
-     * reused until every share is over), which the consumer's getIpcDevPtr takes over and its
-     * deleter ends — or, when the consumer finds the storage in its cache and opens nothing,
-     * vpmm.torch's rebuild hook ends it (vpmm_torch_backend_ipc_release).
+     * storage's own pointer: offset 0). Each call counts one share in vpmm, which the consumer's
+     * getIpcDevPtr takes over and its deleter ends; a send that the consumer finds in its cache
+     * opens nothing, and its share ends at the block's free (raw_delete: PyTorch frees a shared
+     * block only once every consumer released it; vta_free_known).
      */
     ShareableHandle shareIpcHandle(void *ptr) override
     {
@@ -595,15 +545,61 @@ class VpmmAllocator : public CUDAAllocator
                        const std::vector<std::string> &skip_actions) override
     {
         history_.configure(enabled, recorder, max_entries, when, clear, skip_actions);
+        if (enabled)
+            report_segments(); /* segment_alloc / segment_free entries from now on */
     }
     void attachOutOfMemoryObserver(OutOfMemoryObserver observer) override
     {
         std::lock_guard<std::mutex> g(observers_lock_);
         observers_.push_back(std::move(observer));
     }
-    void attachAllocatorTraceTracker(AllocatorTraceTracker) override
+    /*
+     * ProcessGroupNCCL's (TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1, registerMemPool): one to
+     * register each SEGMENT_ALLOC with NCCL, one to deregister each SEGMENT_FREE. Kept for the
+     * life of the process, as the native allocator keeps them; every device's pool reports its
+     * segments from now on, and snapshot() lists the same segments.
+     */
+    void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) override
     {
-        /* PyTorch-internal (its memory profiler's); vpmm keeps no trace of that kind. */
+        /* The pools report first: from the moment the tracker is in the list (and snapshot()
+         * lists handles), no segment comes or goes unheard. */
+        report_segments();
+        trackers_.attach(std::move(tracker));
+    }
+
+    /* A segment event of device's pool (vta_segment_sink_t; under vpmm's pool lock): a
+     * SEGMENT_ALLOC or SEGMENT_FREE for the history and the trackers. Nothing may unwind from
+     * here into vpmm. */
+    void on_segment(int device, vpmm_segment_event_t ev, uintptr_t addr, size_t size,
+                    vta_pool_id_t pool) noexcept
+    {
+        if (ev == VPMM_SEGMENT_UNMAPPED && trackers_.count() != 0) {
+            Device *d = find(static_cast<c10::DeviceIndex>(device));
+            if (d != nullptr && d->nroutes.load(std::memory_order_acquire) == 0)
+                vpmm_torch::wait_for_device(device); /* nothing routed: no capture under way */
+        }
+        try {
+            trace(TraceEntry(
+                ev == VPMM_SEGMENT_MAPPED ? TraceEntry::SEGMENT_ALLOC : TraceEntry::SEGMENT_FREE,
+                static_cast<c10::DeviceIndex>(device), static_cast<size_t>(addr), size, nullptr,
+                MempoolId_t{ pool.first, pool.second }, c10::getApproximateTime()));
+        } catch (...) { /* host memory for the entry: kept, thrown as a tracker's would be */
+            vpmm_torch::keep_tracker_error(std::current_exception());
+        }
+    }
+
+    /* VPMM_TORCH_SEGMENTS, read once by vpmm_torch_backend_install. */
+    void set_segments_mode(vta_segments_mode_t mode)
+    {
+        segments_mode_ = mode;
+    }
+    size_t trackers() const
+    {
+        return trackers_.count();
+    }
+    bool snapshot_handles() const
+    {
+        return segments_mode_ == VTA_SEGMENTS_HANDLES || trackers() != 0;
     }
     /*
      * PyTorch asks this before its first copy from dev to dev_to_access (the copy runs on dev's
@@ -655,18 +651,26 @@ class VpmmAllocator : public CUDAAllocator
     }
 
   private:
-    template <typename A> static void copy_array(A &out, const vta_stat_t *in)
+    /* A segment event to the history and to every tracker (PyTorch's record_trace of a segment).
+     * A tracker's exception is kept (vpmm_trackers.h) for the caller's entry point. */
+    void trace(const TraceEntry &te)
     {
-        for (size_t t = 0; t < out.size(); t++)
-            copy_stat(out[t], in[t]);
+        history_.on_segment(te);
+        trackers_.call(te);
     }
-    template <typename S> static void copy_stat(S &out, const vta_stat_t &in)
+
+    /* From now on every device's pool reports its segments: the pools that exist (here) and the
+     * ones created later (device()), both under create_lock_, so none is missed. */
+    void report_segments()
     {
-        out.current = in.current;
-        out.peak = in.peak;
-        out.allocated = in.allocated;
-        out.freed = in.freed;
+        std::lock_guard<std::mutex> g(create_lock_);
+        if (segment_events_.exchange(true))
+            return;
+        for (size_t i = 0; i < ndevices_; i++)
+            if (Device *d = find(static_cast<c10::DeviceIndex>(i)))
+                attach_segments(*d);
     }
+    void attach_segments(Device &d);
 
     void check_index(c10::DeviceIndex dev) const
     {
@@ -719,6 +723,8 @@ class VpmmAllocator : public CUDAAllocator
             TORCH_CHECK(false, "vpmm: out of host memory");
         }
         Device *raw = d.release(); /* never freed: see the head comment */
+        if (segment_events_.load())
+            attach_segments(*raw); /* before its first allocation */
         __atomic_store_n(&table_[dev], &raw->vta, __ATOMIC_RELEASE);
         __atomic_store_n(&devs_[dev], raw, __ATOMIC_RELEASE);
         return *raw;
@@ -759,15 +765,27 @@ class VpmmAllocator : public CUDAAllocator
                     ": the MemPool's own allocator (", a->name(), ") returned no memory");
             TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
         }
-        std::lock_guard<std::mutex> g(ext_lock_);
-        vpmm_status_t st = vta_external_add(&d.vta, to_vta(id), p, n, stream);
-        if (st != VPMM_SUCCESS) {
-            a->raw_delete(p);
-            TORCH_CHECK(false,
-                        cat("vpmm: counting a MemPool allocation failed: ", status_text(st)));
+        {
+            std::lock_guard<std::mutex> g(ext_lock_);
+            vpmm_status_t st = vta_external_add(&d.vta, to_vta(id), p, n, stream);
+            if (st != VPMM_SUCCESS) {
+                a->raw_delete(p);
+                TORCH_CHECK(false,
+                            cat("vpmm: counting a MemPool allocation failed: ", status_text(st)));
+            }
+            ext_ptrs_.emplace(p, External{ std::move(a), dev, n, stream, id });
+            n_ext_.fetch_add(1, std::memory_order_relaxed);
         }
-        ext_ptrs_.emplace(p, External{ std::move(a), dev, n, stream });
-        n_ext_.fetch_add(1, std::memory_order_relaxed);
+        /* A segment of its own, as the native allocator reports the memory a pool's allocator
+         * gave it (registerMemPool's pools: NCCL registers it); no lock of ours held. A tracker
+         * that failed undoes the allocation and its exception is thrown. */
+        trace(TraceEntry(TraceEntry::SEGMENT_ALLOC, dev, reinterpret_cast<size_t>(p), n, stream, id,
+                         c10::getApproximateTime()));
+        if (tracker_error_pending()) {
+            std::exception_ptr e = vpmm_torch::take_tracker_error(); /* before the free's own */
+            (void)free_external(p);
+            std::rethrow_exception(e);
+        }
         history_.on_alloc(dev, p, n, stream, id);
         return p;
     }
@@ -789,8 +807,28 @@ class VpmmAllocator : public CUDAAllocator
             n_ext_.fetch_sub(1, std::memory_order_relaxed);
         }
         history_.on_free(x.device, ptr, x.size, x.stream);
+        /* Deregistered (SEGMENT_FREE) before its allocator takes it back. */
+        trace(TraceEntry(TraceEntry::SEGMENT_FREE, x.device, reinterpret_cast<size_t>(ptr), x.size,
+                         x.stream, x.pool, c10::getApproximateTime()));
+        report_tracker_error("a free"); /* raw_delete: nothing thrown */
         x.allocator->raw_delete(ptr);
         return true;
+    }
+
+    /* An allocation vpmm has made. A tracker's exception while it was made (the registration of a
+     * new segment that failed) undoes it and is thrown, as the native allocator lets it escape
+     * its malloc. */
+    void *allocated(Device &d, c10::DeviceIndex dev, void *p, size_t n, cudaStream_t stream,
+                    MempoolId_t id)
+    {
+        if (tracker_error_pending()) {
+            std::exception_ptr e = vpmm_torch::take_tracker_error();
+            (void)vta_free(&d.vta, p);
+            vpmm_torch::report_tracker_error("undoing an allocation"); /* the free's own */
+            std::rethrow_exception(e);
+        }
+        history_.on_alloc(dev, p, n, stream, id);
+        return p;
     }
 
     /*
@@ -811,10 +849,9 @@ class VpmmAllocator : public CUDAAllocator
             return alloc_external(d, dev, id, n, stream);
         void *p = nullptr;
         vpmm_status_t st = vta_malloc(&d.vta, n, stream, to_vta(id), &p);
-        if (st == VPMM_SUCCESS) {
-            history_.on_alloc(dev, p, n, stream, id);
-            return p;
-        }
+        if (st == VPMM_SUCCESS)
+            return allocated(d, dev, p, n, stream, id);
+        report_tracker_error("an allocation that failed"); /* its own error comes next */
         TORCH_CHECK(vta_is_oom(st), cat("vpmm: allocating ", n, " bytes on device ", dev,
                                         " failed: ", status_text(st)));
         char msg[3072];
@@ -824,10 +861,9 @@ class VpmmAllocator : public CUDAAllocator
         if (st == VPMM_ERROR_OUT_OF_MEMORY && run_free_memory_callbacks()) {
             vta_oom_retried(&d.vta);
             st = vta_malloc(&d.vta, n, stream, to_vta(id), &p);
-            if (st == VPMM_SUCCESS) {
-                history_.on_alloc(dev, p, n, stream, id);
-                return p;
-            }
+            if (st == VPMM_SUCCESS)
+                return allocated(d, dev, p, n, stream, id);
+            report_tracker_error("an allocation that failed");
             TORCH_CHECK(vta_is_oom(st), cat("vpmm: allocating ", n, " bytes on device ", dev,
                                             " failed: ", status_text(st)));
             mem = memory_info(dev);
@@ -865,6 +901,7 @@ class VpmmAllocator : public CUDAAllocator
         c10::DeviceIndex device = 0;
         size_t size = 0;
         cudaStream_t stream = nullptr;
+        MempoolId_t pool{ 0, 0 };
     };
     std::mutex ext_lock_;
     std::map<std::pair<c10::DeviceIndex, MempoolId_t>, std::shared_ptr<CUDAAllocator>>
@@ -872,7 +909,27 @@ class VpmmAllocator : public CUDAAllocator
     std::unordered_map<void *, External> ext_ptrs_;
     std::atomic<size_t> n_ext_{ 0 };
     vpmm_torch::History history_;
+    vpmm_torch::Trackers trackers_; /* attachAllocatorTraceTracker's (vpmm_trackers.h) */
+    std::atomic<bool> segment_events_{ false }; /* the pools report their segments (set once) */
+    vta_segments_mode_t segments_mode_ = VTA_SEGMENTS_AUTO;
 };
+
+/* vpmm's segment events, through the adapter (vta_segment_sink_t: a C function pointer, called
+ * under vpmm's pool lock), to the allocator. */
+extern "C" {
+static void vpmm_segment_sink(void *user, int device, vpmm_segment_event_t event, uintptr_t addr,
+                              size_t size, vta_pool_id_t pool)
+{
+    static_cast<VpmmAllocator *>(user)->on_segment(device, event, addr, size, pool);
+}
+}
+
+void VpmmAllocator::attach_segments(Device &d)
+{
+    vpmm_status_t st = vta_segments_attach(&d.vta, &vpmm_segment_sink, this);
+    TORCH_CHECK(st == VPMM_SUCCESS,
+                cat("vpmm: reporting the segments of a pool failed: ", status_text(st)));
+}
 
 std::shared_ptr<VpmmAllocator> g_allocator;
 
@@ -884,100 +941,52 @@ void vpmm_raw_delete(void *ptr)
 
 } // namespace
 
-extern "C" {
+/* What the C functions Python calls ask (vpmm_backend.h; vpmm_torch_backend.cpp). */
+namespace vpmm_torch
+{
 
-/*
- * Makes vpmm PyTorch's CUDA allocator: 0, or -1 with the reason in err (CUDA already initialised:
- * PyTorch refuses to swap an allocator that has handed memory out).
- */
-__attribute__((visibility("default"))) int vpmm_torch_backend_install(char *err, size_t len)
+std::string install(vta_segments_mode_t mode)
 {
     try {
         if (!g_allocator) {
             auto a = std::make_shared<VpmmAllocator>();
+            a->set_segments_mode(mode);
             torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(a);
             c10::SetAllocator(c10::DeviceType::CUDA, a.get());
             g_allocator = a;
         }
-        return 0;
+        return "";
     } catch (const c10::Error &e) {
-        std::snprintf(err, len, "%s", e.what_without_backtrace());
-        return -1;
+        return e.what_without_backtrace();
     }
 }
 
-/* vpmm_trim of device's pool (0: every free page); the bytes given back, or -1 (no pool). */
-__attribute__((visibility("default"))) long long vpmm_torch_backend_trim(int device, size_t target)
+vpmm_pool_t *pool_of(int device)
 {
-    vpmm_pool_t *pool = g_allocator ? g_allocator->pool_of(device) : nullptr;
-    size_t released = 0;
-    if (pool == nullptr)
-        return -1;
-    return vpmm_trim(pool, target, &released) == VPMM_SUCCESS ? static_cast<long long>(released)
-                                                              : -1;
+    return g_allocator ? g_allocator->pool_of(device) : nullptr;
 }
 
-/* vpmm_pool_dump of device's pool to path (stderr when NULL); -1 without a pool or file. */
-__attribute__((visibility("default"))) int vpmm_torch_backend_dump(int device, const char *path)
+vta_device_t *state_of(int device)
 {
-    vpmm_pool_t *pool = g_allocator ? g_allocator->pool_of(device) : nullptr;
-    if (pool == nullptr)
-        return -1;
-    FILE *f = path && *path ? std::fopen(path, "w") : stderr;
-    if (f == nullptr)
-        return -1;
-    int st = vpmm_pool_dump(pool, f);
-    if (f != stderr)
-        std::fclose(f);
+    return g_allocator ? g_allocator->vta_of(device) : nullptr;
+}
+
+vpmm_status_t trim(int device, size_t target, size_t *released)
+{
+    vpmm_pool_t *pool = pool_of(device);
+    vpmm_status_t st = pool ? vpmm_trim(pool, target, released) : VPMM_ERROR_INVALID_ARGUMENT;
+    report_tracker_error("vpmm.torch.trim()"); /* a C caller: nothing thrown */
     return st;
 }
 
-/* vpmm_pool_check of device's pool: the violated invariants (0), or -1 without a pool. */
-__attribute__((visibility("default"))) long vpmm_torch_backend_check(int device)
+size_t trace_trackers()
 {
-    vpmm_pool_t *pool = g_allocator ? g_allocator->pool_of(device) : nullptr;
-    return pool ? static_cast<long>(vpmm_pool_check(pool, stderr)) : -1;
+    return g_allocator ? g_allocator->trackers() : 0;
 }
 
-/* vpmm_get_stats of device's pool as JSON (stats_json.h): the length needed, or -1 without a
- * pool. */
-__attribute__((visibility("default"))) long vpmm_torch_backend_stats_json(int device, char *buf,
-                                                                          size_t cap)
+bool snapshot_lists_handles()
 {
-    vpmm_pool_t *pool = g_allocator ? g_allocator->pool_of(device) : nullptr;
-    vta_device_t *v = g_allocator ? g_allocator->vta_of(device) : nullptr;
-    vpmm_stats_t s;
-    if (pool == nullptr || v == nullptr || vpmm_get_stats(pool, &s) != VPMM_SUCCESS)
-        return -1;
-    /* The adapter's side: its IPC opens and closes, the shares it ended for cached receives, the
-     * memory fraction, the devices it gave access to this pool. */
-    uint64_t opens = 0, closes = 0, releases = 0;
-    size_t now = 0;
-    vta_ipc_counts(v, &opens, &closes, &releases, &now);
-    char extra[256];
-    std::snprintf(extra, sizeof extra,
-                  "\"ipc_open_calls\":%llu,\"ipc_close_calls\":%llu,\"ipc_releases\":%llu,"
-                  "\"ipc_open_now\":%zu,\"memory_fraction\":%.6g",
-                  static_cast<unsigned long long>(opens), static_cast<unsigned long long>(closes),
-                  static_cast<unsigned long long>(releases), now, vta_memory_fraction(v));
-    return static_cast<long>(
-        vpmm_stats_json(&s, device, vpmm_pool_backend_name(pool), extra, buf, cap));
+    return g_allocator && g_allocator->snapshot_handles();
 }
 
-/*
- * Ends the share of one IPC send that the consumer found in torch.multiprocessing's cache (it
- * holds the same allocation open already, so no getIpcDevPtr takes that share over): 1 if a share
- * was ended, 0 if the handle is not open on that device here, -1 on an error or without a pool.
- * vpmm.torch's wrapper of rebuild_cuda_tensor calls it.
- */
-__attribute__((visibility("default"))) int
-vpmm_torch_backend_ipc_release(int device, const void *handle, size_t len)
-{
-    vta_device_t *v = g_allocator ? g_allocator->vta_of(device) : nullptr;
-    int released = 0;
-    if (v == nullptr || handle == nullptr)
-        return -1;
-    return vta_ipc_release(v, handle, len, &released) == VPMM_SUCCESS ? released : -1;
-}
-
-} // extern "C"
+} // namespace vpmm_torch

@@ -4,12 +4,12 @@
  * _snapshot()["device_traces"] and from each block's "frames".
  *
  * One ring of PyTorch TraceEntry records for all devices (alloc, free_requested, free_completed,
- * oom; at most max_entries, the oldest dropped first; the snapshot sorts them by device) and, for
- * each allocation made while recording, its mempool id and — with RecordContext STATE or more —
- * the stack PyTorch's context recorder gathered (the snapshot attaches it to its block; kept
- * after the recording stops, until the allocation is freed, as the native allocator does). What it
- * keeps is PyTorch's own types, which is why it lives on the C++ side; the facts (addresses, sizes,
- * streams, pools) all come from vpmm.
+ * segment_alloc, segment_free, oom; at most max_entries, the oldest dropped first; the snapshot
+ * sorts them by device) and, for each allocation made while recording, its mempool id and — with
+ * RecordContext STATE or more — the stack PyTorch's context recorder gathered (the snapshot
+ * attaches it to its block; kept after the recording stops, until the allocation is freed, as the
+ * native allocator does). What it keeps is PyTorch's own types, which is why it lives on the C++
+ * side; the facts (addresses, sizes, streams, pools) all come from vpmm.
  *
  * vpmm frees a block when PyTorch frees it, or — after Tensor.record_stream — defers it until the
  * recorded streams' work is done (docs/ALGORITHM.md, "uses"); the history writes free_completed at
@@ -104,6 +104,17 @@ class History
         auto t = c10::getApproximateTime();
         add(TraceEntry(TraceEntry::FREE_REQUESTED, dev, addr, size, stream, pool, t, ctx));
         add(TraceEntry(TraceEntry::FREE_COMPLETED, dev, addr, size, stream, pool, t, ctx));
+    }
+
+    /* A segment that appeared or is about to go (SEGMENT_ALLOC / SEGMENT_FREE), as the trackers
+     * hear it. Called under vpmm's pool lock: it takes only lock_, and gathers no stack (the
+     * recorder takes Python's GIL, which a thread waiting for vpmm may hold). */
+    void on_segment(const TraceEntry &e)
+    {
+        if (!enabled_)
+            return;
+        std::lock_guard<std::mutex> g(lock_);
+        add(TraceEntry(e));
     }
 
     /* An OutOfMemoryError: addr is the device's free memory, as PyTorch records it. */

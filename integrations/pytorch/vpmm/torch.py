@@ -22,11 +22,14 @@ fraction and OutOfMemoryError per device (the functions below take device=).
 CUDA tensors travel between processes through torch.multiprocessing (CUDA IPC): the handle is
 vpmm's (vpmm_ipc_export), the consumer maps the same memory (vpmm_ipc_open). Both processes must
 run vpmm (enable() in each, or VPMM_TORCH_ENABLE=1 with autoenable/ on PYTHONPATH: the consumer
-refuses handles of PyTorch's own allocator, naming their format). vpmm keeps a shared block's
-memory out of use until every process that opened it closed it; enable() also wraps
-torch.multiprocessing's rebuild of CUDA tensors so that a tensor received again while the first
-copy lives (PyTorch then opens nothing) ends its share at once — without that the producer would
-keep the block's memory until it exits.
+refuses handles of PyTorch's own allocator, naming their format). PyTorch's reference counts keep
+a shared block allocated until every consumer has released it; its free then ends vpmm's shares
+of it (also those of sends a consumer's cache absorbed), and the memory is reused at once.
+
+With torch.distributed's NCCL backend and TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1, every
+segment vpmm maps (one physical handle at its address) is registered with NCCL and deregistered
+before it moves or goes; snapshots then list those segments (integrations/pytorch/INTERFACE.md
+§10).
 
 The allocator is libvpmm_torch_backend.so, built by the repository's CMake where PyTorch is
 installed (integrations/pytorch/vpmm_cuda_allocator.cpp). enable() looks for it, in order: its
@@ -45,6 +48,7 @@ import os
 __all__ = ["enable", "is_enabled", "library_path", "stats", "trim", "dump", "check"]
 
 _LIB_NAME = "libvpmm_torch_backend.so"
+_ABI = 2  # vpmm_torch_backend_abi() of the backend this package drives
 _lib = None
 _lib_path = None
 
@@ -73,8 +77,10 @@ def _load(library):
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
-        if not hasattr(lib, "vpmm_torch_backend_ipc_release"):
-            tried.append("%s (an older build of the backend than this package: rebuild it)" % path)
+        abi = getattr(lib, "vpmm_torch_backend_abi", None)
+        if abi is None or abi() != _ABI:
+            tried.append("%s (a build of the backend for another version of this package: "
+                         "rebuild it)" % path)
             continue
         lib.vpmm_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.vpmm_torch_backend_install.restype = ctypes.c_int
@@ -87,9 +93,6 @@ def _load(library):
         lib.vpmm_torch_backend_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p,
                                                       ctypes.c_size_t]
         lib.vpmm_torch_backend_stats_json.restype = ctypes.c_long
-        lib.vpmm_torch_backend_ipc_release.argtypes = [ctypes.c_int, ctypes.c_char_p,
-                                                       ctypes.c_size_t]
-        lib.vpmm_torch_backend_ipc_release.restype = ctypes.c_int
         return lib, path
     raise RuntimeError(
         "vpmm.torch: cannot load %s; build it with cmake where PyTorch is installed "
@@ -120,56 +123,6 @@ def enable(library=None):
     if lib.vpmm_torch_backend_install(err, len(err)) != 0:
         raise RuntimeError("vpmm.torch.enable(): " + err.value.decode(errors="replace"))
     _lib, _lib_path = lib, path
-    _wrap_rebuild_cuda_tensor()
-
-
-_IPC_MAGIC = b"vpmmIPC1"  # the first bytes of a vpmm IPC handle (vpmm_ipc_export)
-
-
-def _wrap_rebuild_cuda_tensor():
-    """Wraps torch.multiprocessing.reductions.rebuild_cuda_tensor (the consumer's side of CUDA IPC)
-    so that every vpmm share the producer counted is ended once.
-
-    The producer counts one share per send (shareIpcHandle: vpmm_ipc_export); the consumer's
-    getIpcDevPtr takes one over and its deleter ends it. When the consumer still holds the storage
-    of an earlier send of the same block, PyTorch finds it in its cache and opens nothing (it only
-    gives back its own reference count): the wrapper then ends that send's share
-    (vpmm_torch_backend_ipc_release: one open and close of the block already open here, no
-    mapping, no wait). The wrapper keeps the original's name and module, so a process without vpmm
-    that unpickles a tensor gets PyTorch's own function."""
-    try:
-        from torch.multiprocessing import reductions
-    except ImportError:  # a PyTorch without multiprocessing: nothing to wrap
-        return
-    orig = getattr(reductions, "rebuild_cuda_tensor", None)
-    if orig is None or getattr(orig, "_vpmm_wrapped", False):
-        return
-
-    def rebuild_cuda_tensor(*args, **kwargs):
-        # (tensor_cls, size, stride, offset, storage_cls, dtype, storage_device, storage_handle,
-        #  storage_size_bytes, storage_offset_bytes, ...): PyTorch 2.x's positional arguments
-        cached = None
-        if len(args) >= 10 and not kwargs:
-            storage_cls, device, handle = args[4], args[6], args[7]
-            size_bytes, offset_bytes = args[8], args[9]
-            if (isinstance(handle, bytes) and handle[:len(_IPC_MAGIC)] == _IPC_MAGIC
-                    and size_bytes):
-                cached = reductions.storage_from_cache(storage_cls, (handle, offset_bytes))
-                if cached is not None:  # kept alive until PyTorch has found it too
-                    dev = device.index if hasattr(device, "index") else int(device)
-                    _lib.vpmm_torch_backend_ipc_release(dev, handle, len(handle))
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            del cached
-
-    rebuild_cuda_tensor.__module__ = orig.__module__
-    rebuild_cuda_tensor.__qualname__ = orig.__qualname__
-    rebuild_cuda_tensor.__name__ = orig.__name__
-    rebuild_cuda_tensor.__doc__ = orig.__doc__
-    rebuild_cuda_tensor._vpmm_wrapped = True
-    rebuild_cuda_tensor._vpmm_original = orig
-    reductions.rebuild_cuda_tensor = rebuild_cuda_tensor
 
 
 def is_enabled():
@@ -203,7 +156,10 @@ def stats(device=None):
     live bytes and their peaks, free and hole bytes, defragmentation counters, graph pools; the
     devices given access to it (peers, peer_devices, peer_grants); CUDA IPC (ipc_shared: blocks
     other processes may still map, ipc_exports, ipc_imports, ipc_imported_bytes; and the
-    backend's ipc_open_calls, ipc_close_calls, ipc_open_now, ipc_releases); memory_fraction."""
+    backend's ipc_open_calls, ipc_close_calls, ipc_open_now, ipc_exported_now, ipc_unshares:
+    frees that ended an exported block's shares); memory_fraction; trace_trackers (allocator
+    trace trackers attached: torch.distributed's NCCL registration) and snapshot_segments
+    ("handles" or "runs": what memory_snapshot() lists)."""
     dev = _device(device)
     cap = 4096
     while True:
