@@ -60,9 +60,8 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     st = vpmm_a_pool_create_on(&opt, fault, 0, &t->pool);
     if (st == VPMM_SUCCESS) {
         CHECK_POOL(t->pool);
-        t->node_pools = malloc(sizeof *t->node_pools);
-        assert_non_null(t->node_pools);
-        *t->node_pools = 1;
+        t->node_pools_own = 1;
+        t->node_pools = &t->node_pools_own;
     }
     return st;
 }
@@ -85,7 +84,6 @@ void tpool_open_sibling(tpool_t *t, const tpool_t *sibling, int device,
     st = tpool_try_open(t, params ? params : &d, fault);
     if (st != VPMM_SUCCESS)
         fail_msg("pool creation failed: %s (%s)", vpmm_status_name(st), vpmm_last_error());
-    free(t->node_pools);
     t->node_pools = sibling->node_pools;
     (*t->node_pools)++;
 }
@@ -126,8 +124,6 @@ void tpool_close(tpool_t *t)
     }
     if (t->node_pools != NULL) {
         last = --*t->node_pools == 0;
-        if (last)
-            free(t->node_pools);
         t->node_pools = NULL;
     }
     assert_released(t->fault, last);

@@ -34,8 +34,9 @@ typedef struct tpool {
     vpmm_driver_t *fault; /* the pool's driver: counts calls, injects failures */
     vpmm_driver_t *host;  /* the host backend underneath (a view of its node): streams, capture,
                              memory */
-    int *node_pools;      /* pools open on the node (tpool_open_sibling shares it): the node's
-                             counts are checked empty when the last one closes */
+    int node_pools_own;   /* the count below, for the pool that opened the node */
+    int *node_pools;      /* pools open on the node (tpool_open_sibling points at the opener's
+                             count): the node's counts are checked empty when the last closes */
 } tpool_t;
 
 typedef struct tpool_params {
