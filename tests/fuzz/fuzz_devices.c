@@ -718,6 +718,8 @@ int op_open(fz_t *z)
                       S(VPMM_ERROR_INVALID_ARGUMENT) | S(VPMM_ERROR_DRIVER), 0);
     }
     if (st != VPMM_SUCCESS) {
+        if (fz_verbose)
+            fprintf(stderr, "    %s\n", vpmm_last_error());
         if (q != NULL)
             finding(z, "vpmm_ipc_open failed with %s but returned %p", vpmm_status_name(st), q);
         isnap_same(z, &before, "vpmm_ipc_open");

@@ -1748,7 +1748,7 @@ def main():
               ipc_with_streams(cfg, config2(devices=1 + i % 2, handle_pages_log2=i)))
         write(args.out, "hand-ipc-faults-%d" % i,
               ipc_faults(cfg, config2(devices=1 + i % 2), random.Random(700 + i)))
-        n += 40
+        n += 37
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print("%d seeds, %d bytes in %s" % (n, total, args.out))
 
