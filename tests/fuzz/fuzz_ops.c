@@ -2,13 +2,18 @@
  * fuzz_ops.c — a libFuzzer target: each input is decoded into a sequence of pool operations on
  * the host backend (wrapped in the fault decorator), and the pool is checked after every one.
  *
- * Per input: a fresh pool (64 MiB VA chunks, a small emulated device so that OOM is reached),
- * four created streams, the two spellings of the legacy stream and the per-thread handle, four
- * threads (the main one and three persistent workers), then one operation after the other until
- * the input is exhausted, then a full cleanup (captures ended by the threads that began them,
- * graphs destroyed, everything freed, graph pools released, pool destroyed) after which the fault
- * wrapper and the host backend must hold nothing (a leak is a finding). A finding prints what was
- * expected and what happened and calls abort(), which libFuzzer records as a crash.
+ * Per input: a fresh pool (64 MiB VA chunks, a small emulated device so that OOM is reached) on
+ * device 0 of a host node of one or two devices, four created streams, the two spellings of the
+ * legacy stream and the per-thread handle (and two created streams of device 1 on two devices),
+ * four threads (the main one and three persistent workers), the segment hook with its mirror,
+ * then one operation after the other until the input is exhausted, then a full cleanup (captures
+ * ended by the threads that began them, graphs destroyed, everything freed, graph pools released,
+ * the importer's opens closed and the importer destroyed, pool destroyed) after which the fault
+ * wrappers and the host nodes must hold nothing and no descriptor may be left open (a leak is a
+ * finding). A finding prints what was expected and what happened and calls abort(), which
+ * libFuzzer records as a crash. The operations and checks of several devices and of CUDA IPC
+ * (GRANT, EXPORT, OPEN, CLOSE, UNSHARE, the segment mirror) are in fuzz_devices.c, whose head
+ * comment describes their model.
  *
  * Threads. Each operation runs on the current thread (THREAD selects it; the main thread to
  * begin with). An operation for a worker is handed to it and the main thread waits for it, so
@@ -31,16 +36,26 @@
  *   bits 2-3  config.handle_pages: 1, 2, 4 or 8 pages per growth handle
  *   bits 4-5  size classes (config.small_bytes): the default (an 8th of a page), none (1), a
  *             32nd of a page, or a whole page (every sub-page request small)
- *   bits 6-7  unused (ignored)
- * This is the third encoding: the second added byte 1 and THREAD (22), the third RECORD_STREAM
- * (23, a MALLOC before). make_corpus.py --upgrade rewrites inputs of the second (--from 1: the
- * first) so that they decode to the same operations.
- * Then each operation is one opcode byte (op = byte & 31; 24-26 are MALLOC and 27-31 FREE again,
+ *   bit 6     the host node has two devices (vpmm_host_options_t.devices = 2): the pool is on
+ *             device 0, a second view of device 1 (vpmm_host_open_device) makes the streams P1
+ *             and P2, which join the stream slots
+ *   bit 7     with bit 6: device 1 is isolated (no peer access to or from it)
+ * This is the fourth encoding: the second added byte 1 and THREAD (22), the third RECORD_STREAM
+ * (23, a MALLOC before), the fourth byte 1's bits 6-7 (ignored before), GRANT, EXPORT, OPEN,
+ * CLOSE, UNSHARE (24-28; 24-26 were MALLOC, 27-28 FREE), FAULT's kind bit 3 and its entry operand
+ * fixed mod 27 (mod 22 when the third was defined). make_corpus.py --upgrade rewrites inputs of
+ * the third (--from 2: the second, --from 1: the first) so that they decode to the same
+ * operations.
+ * Then each operation is one opcode byte (op = byte & 31; 29-30 are MALLOC and 31 FREE again,
  * so that mutations favour the common pair) followed by its operand bytes, little-endian; an
  * operand read past the end is 0, and the input ends at the next opcode. `s` is a stream byte:
- * slot s % 7 of { NULL, 0x1, S1, S2, S3, S4, 0x2 }, as the current thread names it: NULL and 0x1
- * are the legacy stream (NULL is the thread's per-thread stream instead when byte 1 says so),
- * 0x2 (VPMM_STREAM_PER_THREAD) is the thread's per-thread stream, S1-S4 are created streams.
+ * slot s % 7 of { NULL, 0x1, S1, S2, S3, S4, 0x2 } (s % 9 of the same then P1, P2 on two
+ * devices), as the current thread names it: NULL and 0x1 are the legacy stream (NULL is the
+ * thread's per-thread stream instead when byte 1 says so), 0x2 (VPMM_STREAM_PER_THREAD) is the
+ * thread's per-thread stream, S1-S4 are created streams, P1 and P2 created streams of device 1.
+ * Device 1's streams are used like S1-S4 (MALLOC, FREE, WORK, RECORD_STREAM, STREAM_RELEASE, and
+ * the capture queries, which find them not capturing) but never captured nor launched on:
+ * CAPTURE_BEGIN, EXT_BEGIN and an EXEC launch naming one are skipped.
  *    0 MALLOC      s cls u8, v u32   size by cls % 8: 0 v%256+1, 1 v%64K+1, 2 v%4M+1, 3 v%32M+1,
  *                                    4 (v%40+1) pages + ((v>>8)%5-2)*256, 5 an absurd one (0,
  *                                    SIZE_MAX, VA size +-, 2^62 ...), 6 v itself, 7 v%128M+1
@@ -51,7 +66,7 @@
  *                                    pool's allocation, an address near the pool's memory
  *    3 WORK        s kind u8, n u8   kind % 5: enqueue n%4+1 kernels, complete s, advance s by
  *                                    n%4+1, complete all, advance every stream by 1 (the six
- *                                    slots but 0x2, then each thread's per-thread stream). On a
+ *                                    slots but 0x2, each thread's per-thread stream, P1, P2). On a
  *                                    per-thread stream the control acts on thread
  *                                    (current + (kind>>3)) % 4's, by its vpmm_host_thread_stream
  *                                    key (issued from the current thread)
@@ -76,10 +91,15 @@
  *   17 CK_DESTROY     i u8
  *   18 TRIM           kind u8, v u16 kind % 4: target 0, v*64K, SIZE_MAX, v*64K without out
  *   19 FAULT          kind u8, entry u8, n u8   result: kind bit 0 (ERROR / OUT_OF_MEMORY);
- *                                    (kind>>1) % 4: entry fails at its (n%8+1)-th call, any
- *                                    entry at the (n%16+1)-th, entry from its (n%4+1)-th call on
- *                                    (release entries: once), or one failure during the final
- *                                    vpmm_pool_destroy. Armed for the next executed operation.
+ *                                    (kind>>1) % 4: entry % 27 (driver.h's entries, the
+ *                                    several-devices ones included) fails at its (n%8+1)-th call,
+ *                                    any entry at the (n%16+1)-th, entry from its (n%4+1)-th call
+ *                                    on (release entries: once), or one failure during the final
+ *                                    vpmm_pool_destroy; kind bit 3 (first three modes): the first
+ *                                    revoke_access fails too (a refused grant's undo). Armed for
+ *                                    the next executed operation, on the pool's driver (OPEN and
+ *                                    CLOSE: on the importer's). get_access is never failed (the
+ *                                    decorator leaves the pool check's query alone).
  *   20 INSPECT        kind u8, i u8  kind % 8: stats, walk, dump, OOM report, last driver
  *                                    error, reset peaks, graph pool stats, checkpoint info
  *   21 SYNC                          the device synchronised by the application (it invalidates
@@ -91,6 +111,22 @@
  *                                    ptr is FREE_BAD's kind (kind & 127) % 7 with v and off
  *                                    (NULL, freed, interior, stack, heap/static, another pool's,
  *                                    near the pool's memory): vpmm_free's statuses, no change
+ *   24 GRANT          d u8           vpmm_pool_grant_access(device d % 8 of { 0, 1, 1, 1, 2, -1,
+ *                                    64, INT_MIN }): the own device and a granted one change
+ *                                    nothing; 1 on one device, 2 and the others do not exist
+ *                                    (INVALID_ARGUMENT), an isolated 1 is NOT_SUPPORTED
+ *   25 EXPORT         kind u8, v u16, off u32   vpmm_ipc_export, the handle bytes kept (the
+ *                                    last 8). kind bit 7 clear: the live allocation v (as FREE
+ *                                    picks it; skipped with none), bit 6: with a buffer of
+ *                                    off % 64 bytes (too small; 0: NULL). Set: FREE_BAD's kind
+ *                                    (kind & 127) % 7 with v and off
+ *   26 OPEN           h u8, kind u8  vpmm_ipc_open in the importer of kept handle h % n, made at
+ *                                    the first OPEN: kind % 8 0-3 as exported; 4 one byte short,
+ *                                    5 a wrong magic, 6 a wrong version, 7 NULL (refused)
+ *   27 CLOSE          i u8           vpmm_ipc_close in the importer: bit 7 clear, open pointer
+ *                                    i % n; set, (i & 127) % 3: NULL, a stack address, the last
+ *                                    pointer closed (when not open again)
+ *   28 UNSHARE        kind u8, v u16, off u32   vpmm_ipc_unshare, the pointer as EXPORT's
  *
  * An operation with nothing to act on (a FREE with no live allocation frees NULL, but e.g. a
  * CK_REAPPLY with no checkpoint) is skipped: it is neither checked nor counted; THREAD is not
@@ -98,11 +134,12 @@
  * pools, graphs, checkpoints) are skipped the same way, without reading their operands.
  * The count of executed operations is printed at exit ("fuzz_ops: N operations in M inputs"),
  * then how many streams were recorded on allocations, frees deferred by them and reapplies that
- * had to be refused for them.
+ * had to be refused for them, then grants, exports, opens, closes, unshares and segment events.
  *
  * Checks after every operation: vpmm_pool_check() == 0, vpmm_host_check() == 0, the driver holds
  * exactly the handles, mappings, reservations and events the pool believes it holds, and no user
- * object reference is left with the caller. Per operation: the status is one that call may
+ * object reference is left with the caller; the same of the importer; and fuzz_devices.c's
+ * (peer access, shares, segments). Per operation: the status is one that call may
  * return for that input (bad input gets its exact status and leaves the pool unchanged: stats
  * and region layout are compared), a failed malloc sets the pointer to NULL, a successful one is
  * 256-aligned, overlaps no tracked allocation and is writable at both ends (a stamp written there
@@ -158,38 +195,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
-#include "driver_fault.h"
-#include "driver_host.h"
+#include "fuzz_internal.h"
 #include "fuzz_ops.h"
-#include "pool.h"
 #include "test_rng.h"
-#include "vpmm.h"
-
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
-
-#define VA_SIZE     (64 * MiB)
-#define MAX_LIVE    1024
-#define MAX_FREED   64
-#define MAX_GP      8
-#define MAX_CK      8
-#define MAX_GRAPHS  16
-#define MAX_EXECS   8
-#define MAX_PEND    64 /* freed memory whose stream's work is not complete yet */
-#define MAX_OBLIG   64 /* stream-order obligations not yet discharged */
-#define MAX_RETIRED 64 /* vpmm's records of released streams followed at once */
-
-#define NTHREADS 4 /* operations run on the main thread or on one of three workers */
-#define NCREATED 4 /* created streams S1..S4 */
-#define NSLOTS   7 /* stream operand: NULL, 0x1, S1..S4, 0x2 */
-#define SLOT_PT  6
-
-/* The streams of one input, told apart as the host backend tells them apart: the legacy stream
- * (NULL unless per-thread, and 0x1), the created streams, and each thread's per-thread stream. */
-enum { ID_LEGACY = 0, ID_S1 = 1, ID_PT0 = ID_S1 + NCREATED, NIDENT = ID_PT0 + NTHREADS };
-#define MAX_CAPS NIDENT       /* at most one capture begun per stream */
-#define MAX_USES (NIDENT + 1) /* other streams of an allocation: one per record of vpmm's */
 
 enum {
     OP_MALLOC,
@@ -216,6 +224,11 @@ enum {
     OP_SYNC,
     OP_THREAD,
     OP_RECORD_STREAM,
+    OP_GRANT,
+    OP_EXPORT,
+    OP_OPEN,
+    OP_CLOSE,
+    OP_UNSHARE,
     OP_COUNT
 };
 
@@ -224,146 +237,18 @@ static const char *const op_names[OP_COUNT] = {
     "CAPTURE_BEGIN", "CAPTURE_END",   "EXT_BEGIN",  "EXT_END",       "CAPTURE_REGISTER",
     "CAPTURE_GP",    "GRAPH_DESTROY", "EXEC",       "GP_CREATE",     "GP_REF",
     "CK_TAKE",       "CK_REAPPLY",    "CK_DESTROY", "TRIM",          "FAULT",
-    "INSPECT",       "SYNC",          "THREAD",     "RECORD_STREAM",
+    "INSPECT",       "SYNC",          "THREAD",     "RECORD_STREAM", "GRANT",
+    "EXPORT",        "OPEN",          "CLOSE",      "UNSHARE",
 };
 
-/* Another stream that uses an allocation (vpmm_record_stream). */
-typedef struct use {
-    int ident;    /* the stream */
-    int rec;      /* vpmm's record of it (rec_of) */
-    int released; /* vpmm_stream_release(stream) since: its work ended at item upto */
-    uint64_t upto;
-} use_t;
-
-typedef struct live {
-    unsigned char *p;
-    size_t size;
-    uint64_t stamp;
-    uint16_t serial; /* the malloc op that made it (revived ones get a fresh number) */
-    int ident;       /* the stream it was allocated on; -1: in a capture, or revived */
-    int rec;         /* vpmm's record of that stream (rec_of) */
-    int released;    /* vpmm_stream_release(stream) since: its work ended at item upto */
-    uint64_t upto;
-    int own_rec;  /* vpmm's record of its allocation stream, captures and revived ones too
-                     (-1: not known) */
-    int own_gone; /* that record was released since (a later stream on the handle is another) */
-    const vpmm_strm_t *strm; /* vpmm's record itself: after a reapply, the same one says the same
-                                allocation (it keeps its uses), another says a revived one */
-    use_t uses[MAX_USES];    /* its other streams (vpmm_record_stream) */
-    size_t nuses;
-} live_t;
-
-/* Bytes [lo, hi) of one physical allocation (a driver handle of the pool's pages). */
-typedef struct piece {
-    vpmm_drv_handle_t handle;
-    size_t lo, hi;
-} piece_t;
-
-/* A stream recorded on a freed allocation whose work was not complete at the free: the memory
- * goes to no stream (its own included) before `ident` has completed `seq`. */
-typedef struct gate {
-    int ident;
-    uint64_t seq;
-} gate_t;
-
-/* Memory freed while the work its stream had enqueued, or the work of a stream recorded on it
- * (vpmm_record_stream), was not complete: until the recorded streams' work is, no stream may get
- * these addresses or these physical bytes; until its own stream's is, any other stream that gets
- * them must wait for it. */
-typedef struct pend {
-    uintptr_t lo, hi; /* the freed allocation (rounded size) */
-    piece_t *pc;      /* the physical bytes behind it when freed */
-    size_t npc;
-    int ident;    /* its allocation stream; -1: none to wait for (made in a capture, or done) */
-    uint64_t seq; /* that stream's work items enqueued when it was freed */
-    gate_t gates[MAX_USES]; /* its other streams whose work was pending at the free */
-    size_t ngates;
-    unsigned gp;  /* the graph pool that held it at the free (0: the shared pool) */
-    uint64_t nop; /* the FREE */
-} pend_t;
-
-/* A malloc on stream `user` got memory of a pend entry: no work item `user` enqueues after
- * `after` (the malloc) may complete before `owner` has completed `seq`. */
-typedef struct oblig {
-    int user, owner;
-    int user_rec; /* vpmm's record of user (rec_of) */
-    uint64_t after, seq;
-    uint64_t nop_free, nop_malloc;
-    uintptr_t addr;
-} oblig_t;
-
-/* A capture the input began (with vpmm_capture_begin or outside vpmm), as long as it lasts. */
-typedef struct cap {
-    uint64_t id;
-    int ident;       /* the stream that began it */
-    unsigned thread; /* the thread that began it: the only one that may end it unless RELAXED */
-    int mode;        /* vpmm_stream_capture_mode_t; external captures are GLOBAL */
-    int seen;        /* vpmm held a record of it after the previous operation */
-    int tainted;     /* the input did what invalidates it (SYNC; legacy work, for a per-thread
-                        stream's capture) */
-    unsigned gp;     /* id of the graph pool serving it, once known (0: not yet) */
-} cap_t;
-
-typedef struct gref {
-    vpmm_graph_pool_t *gp;
-    unsigned refs; /* handle references this harness holds */
-} gref_t;
-
-typedef struct fz {
-    const uint8_t *in;
-    size_t len, pos;
-    uint64_t nop; /* index of the current operation in this input */
-    int op;       /* and its code */
-    unsigned cfg;
-    size_t page_size, memory_limit, max_bytes;
-    vpmm_pool_t *pool;
-    vpmm_driver_t *fault, *host;
-    unsigned cfg2;                   /* the second config byte */
-    int ptd_default;                 /* stream 0 is the calling thread's per-thread stream */
-    unsigned thread;                 /* the thread operations run on: 0 main, 1..3 workers */
-    vpmm_stream_t created[NCREATED]; /* S1..S4 */
-    vpmm_stream_t ptkey[NTHREADS];   /* vpmm_host_thread_stream of each thread */
-    uint64_t token[NTHREADS];        /* vpmm's identity of each thread (vpmm_i_thread_token) */
-    int rec_slot;                    /* the stream operand of the RECORD_STREAM being run */
-    const vpmm_strm_t *retired[MAX_RETIRED]; /* vpmm's released stream records, and the markers */
-    uint64_t retired_recorded[MAX_RETIRED];  /* each had when first seen released */
-    size_t nretired;
-    cap_t caps[MAX_CAPS];
-    size_t ncaps;
-    pend_t pend[MAX_PEND];
-    size_t npend;
-    oblig_t obl[MAX_OBLIG];
-    size_t nobl;
-    int arg;           /* an operand for a helper handed to another thread (cleanup) */
-    size_t waits_seen; /* GPU-side waits already traced (FUZZ_OPS_VERBOSE) */
-    live_t live[MAX_LIVE];
-    size_t nlive;
-    uint16_t next_serial;
-    uintptr_t freed[MAX_FREED]; /* a ring of freed addresses (double-free candidates) */
-    size_t nfreed, freed_at;
-    gref_t gps[MAX_GP];
-    size_t ngp;
-    vpmm_checkpoint_t *cks[MAX_CK];
-    size_t nck;
-    vpmm_graph_t graphs[MAX_GRAPHS];
-    size_t ngraphs;
-    vpmm_host_exec_t execs[MAX_EXECS];
-    size_t nexec;
-    int armed; /* a fault is armed for the current operation */
-    int destroy_fault;
-    uint64_t destroy_fault_n;
-    vpmm_dres_t destroy_fault_res;
-} fz_t;
-
 static fz_t fz_state;
-static unsigned pool_of_alloc(const fz_t *z, uintptr_t a);
 static uint64_t total_ops, total_inputs;
 static uint64_t records_made, gated_frees, conflicts_expected; /* printed at exit */
 static FILE *devnull;
 static vpmm_pool_t *side_pool; /* another pool: its allocation is a foreign pointer here */
 static void *side_ptr;
 static unsigned char static_buf[4096];
-static int verbose; /* FUZZ_OPS_VERBOSE=1: every operation and status on stderr */
+int fz_verbose;
 
 uint64_t vpmm_fuzz_operations(void)
 {
@@ -372,8 +257,7 @@ uint64_t vpmm_fuzz_operations(void)
 
 /* ---- findings -------------------------------------------------------------------------------- */
 
-__attribute__((format(printf, 2, 3), noreturn)) static void finding(const fz_t *z, const char *fmt,
-                                                                    ...)
+void finding(const fz_t *z, const char *fmt, ...)
 {
     va_list ap;
     fprintf(stderr,
@@ -391,13 +275,10 @@ __attribute__((format(printf, 2, 3), noreturn)) static void finding(const fz_t *
     abort();
 }
 
-#define S(st) (1u << (unsigned)(st))
-
 /* st must be in `allowed`; an armed fault adds DRIVER and OUT_OF_MEMORY unless exact. */
-static void expect_status(const fz_t *z, const char *call, vpmm_status_t st, unsigned allowed,
-                          int exact)
+void expect_status(const fz_t *z, const char *call, vpmm_status_t st, unsigned allowed, int exact)
 {
-    if (verbose)
+    if (fz_verbose)
         fprintf(stderr, "    %s: %s\n", call, vpmm_status_name(st));
     if (z->armed && !exact)
         allowed |= S(VPMM_ERROR_DRIVER) | S(VPMM_ERROR_OUT_OF_MEMORY);
@@ -408,25 +289,25 @@ static void expect_status(const fz_t *z, const char *call, vpmm_status_t st, uns
 
 /* ---- input ----------------------------------------------------------------------------------- */
 
-static unsigned rd8(fz_t *z)
+unsigned rd8(fz_t *z)
 {
     return z->pos < z->len ? z->in[z->pos++] : 0;
 }
 
-static unsigned rd16(fz_t *z)
+unsigned rd16(fz_t *z)
 {
     unsigned v = rd8(z);
     return v | rd8(z) << 8;
 }
 
-static uint32_t rd32(fz_t *z)
+uint32_t rd32(fz_t *z)
 {
     uint32_t v = rd16(z);
     return v | (uint32_t)rd16(z) << 16;
 }
 
 /* An allocation's size as the pool rounds it. */
-static size_t rnd(size_t n)
+size_t rnd(size_t n)
 {
     return (n + VPMM_ALIGNMENT - 1) & ~(size_t)(VPMM_ALIGNMENT - 1);
 }
@@ -442,7 +323,13 @@ static size_t rnd(size_t n)
 
 static int slot_of(fz_t *z)
 {
-    return (int)(rd8(z) % NSLOTS);
+    return (int)(rd8(z) % (unsigned)z->nslots);
+}
+
+/* Whether slot si names a stream of device 1 (P1, P2: two devices only). */
+static int slot_is_peer(int si)
+{
+    return si >= SLOT_P1;
 }
 
 /* What the application passes to vpmm for slot si. */
@@ -454,6 +341,8 @@ static vpmm_stream_t slot_handle(const fz_t *z, int si)
         return VPMM_STREAM_LEGACY;
     if (si == SLOT_PT)
         return VPMM_STREAM_PER_THREAD;
+    if (slot_is_peer(si))
+        return z->dev.pc[si - SLOT_P1];
     return z->created[si - 2];
 }
 
@@ -464,6 +353,8 @@ static int ident_in(const fz_t *z, int si, unsigned t)
         return ID_PT0 + (int)t;
     if (si < 2)
         return ID_LEGACY;
+    if (slot_is_peer(si))
+        return ID_P1 + si - SLOT_P1;
     return ID_S1 + si - 2;
 }
 
@@ -475,7 +366,7 @@ static int ident_of(const fz_t *z, int si)
 
 static int ident_is_pt(int id)
 {
-    return id >= ID_PT0;
+    return id >= ID_PT0 && id < ID_PT0 + NTHREADS;
 }
 
 /* Which of vpmm's stream records slot si names (as its stream identity, vpmm_stream_key_t):
@@ -495,6 +386,8 @@ static vpmm_stream_t ident_key(const fz_t *z, int id)
         return VPMM_STREAM_LEGACY;
     if (ident_is_pt(id))
         return z->ptkey[id - ID_PT0];
+    if (id >= ID_P1)
+        return z->dev.pc[id - ID_P1];
     return z->created[id - ID_S1];
 }
 
@@ -517,13 +410,22 @@ static int rec_of_key(const fz_t *z, vpmm_stream_key_t k)
     for (int i = 0; i < NCREATED; i++)
         if (k.handle == z->created[i])
             return ID_S1 + i;
+    for (int i = 0; i < NPEER; i++)
+        if (k.handle != NULL && k.handle == z->dev.pc[i])
+            return ID_P1 + i;
     return -1;
+}
+
+/* The stream identities of this input: device 1's only on a node of two devices. */
+static int nident(const fz_t *z)
+{
+    return z->dev.devices > 1 ? NIDENT : ID_P1;
 }
 
 static const char *ident_name(int id)
 {
-    static const char *const names[NIDENT] = { "legacy", "S1",  "S2",  "S3", "S4",
-                                               "PT0",    "PT1", "PT2", "PT3" };
+    static const char *const names[NIDENT] = { "legacy", "S1",  "S2",  "S3", "S4", "PT0",
+                                               "PT1",    "PT2", "PT3", "P1", "P2" };
     return id >= 0 && id < NIDENT ? names[id] : "?";
 }
 
@@ -785,17 +687,18 @@ static int not_done(const fz_t *z, int ident, uint64_t seq)
     return ident >= 0 && completed_on(z, ident) < seq;
 }
 
-/* Whether a recorded stream of e has not completed its work yet: nobody may have its memory. */
+/* Whether a recorded stream of e has not completed its work yet, or its shares are not over:
+ * nobody may have its memory. */
 static int gate_pending(const fz_t *z, const pend_t *e)
 {
     for (size_t i = 0; i < e->ngates; i++)
         if (not_done(z, e->gates[i].ident, e->gates[i].seq))
             return 1;
-    return 0;
+    return e->share >= 0 && dev_share_pending(z, e->share);
 }
 
-/* Tracked allocation l is about to be freed. */
-static void pend_note(fz_t *z, const live_t *l)
+/* Tracked allocation l is about to be freed (its shares not over if share >= 0). */
+static void pend_note(fz_t *z, const live_t *l, int share)
 {
     pend_t *e;
     gate_t gates[MAX_USES];
@@ -813,7 +716,7 @@ static void pend_note(fz_t *z, const live_t *l)
         if (not_done(z, u->ident, g))
             gates[ngates++] = (gate_t){ u->ident, g };
     }
-    if (own < 0 && ngates == 0)
+    if (own < 0 && ngates == 0 && share < 0)
         return;
     if (z->npend == MAX_PEND)
         pend_drop(z, 0); /* the oldest: its check is lost, nothing else */
@@ -825,14 +728,18 @@ static void pend_note(fz_t *z, const live_t *l)
     e->seq = q;
     memcpy(e->gates, gates, ngates * sizeof *gates);
     e->ngates = ngates;
+    e->share = share;
     gated_frees += ngates > 0;
     e->gp = pool_of_alloc(z, e->lo);
     e->nop = z->nop;
-    if (verbose && own >= 0)
+    if (fz_verbose && own >= 0)
         fprintf(stderr, "    %p (%zu bytes) freed; %s has completed %llu of its %llu items\n",
                 (void *)l->p, l->size, ident_name(own), (unsigned long long)completed_on(z, own),
                 (unsigned long long)q);
-    for (size_t i = 0; verbose && i < ngates; i++)
+    if (fz_verbose && share >= 0)
+        fprintf(stderr, "    %p: shared, no stream may have it before every share is over\n",
+                (void *)l->p);
+    for (size_t i = 0; fz_verbose && i < ngates; i++)
         fprintf(stderr, "    %p: no stream may have it before %s has completed %llu (done %llu)\n",
                 (void *)l->p, ident_name(gates[i].ident), (unsigned long long)gates[i].seq,
                 (unsigned long long)completed_on(z, gates[i].ident));
@@ -860,6 +767,13 @@ static void gates_check(const fz_t *z, const live_t *l, const char *call)
         const pend_t *e = &z->pend[i];
         if (!gate_pending(z, e) || !pend_overlaps(z, e, lo, hi, &pc, &npc))
             continue;
+        if (e->share >= 0 && dev_share_pending(z, e->share))
+            finding(z,
+                    "lifetime rule: %s gave %p (%zu bytes), memory freed at operation %llu "
+                    "(%p, %zu bytes) while it was shared (vpmm_ipc_export), and %u of its shares "
+                    "are not over: the importer may still map it",
+                    call, (void *)l->p, l->size, (unsigned long long)e->nop, (void *)e->lo,
+                    (size_t)(e->hi - e->lo), (unsigned)z->dev.shares[e->share].count);
         for (size_t k = 0; k < e->ngates; k++)
             if (not_done(z, e->gates[k].ident, e->gates[k].seq))
                 finding(z,
@@ -898,7 +812,7 @@ static void pend_reused(fz_t *z, const live_t *l)
                                        .nop_free = e->nop,
                                        .nop_malloc = z->nop,
                                        .addr = lo };
-        if (verbose)
+        if (fz_verbose)
             fprintf(stderr,
                     "    it reuses memory freed at operation %llu: %s items after %llu must "
                     "wait for %s@%llu\n",
@@ -942,7 +856,7 @@ static void stream_released(fz_t *z, int rec, int id)
 /* The name of the stream the host backend logs as key. */
 static const char *key_name(const fz_t *z, vpmm_stream_t key)
 {
-    for (int id = 0; id < NIDENT; id++)
+    for (int id = 0; id < nident(z); id++)
         if (ident_key(z, id) == key)
             return ident_name(id);
     return key == NULL ? "none" : "?";
@@ -991,29 +905,49 @@ static void stream_order_check(fz_t *z)
 
 /* ---- the tracked allocations ---------------------------------------------------------------- */
 
-static void stamp_write(const live_t *l)
+void stamp_put(unsigned char *p, size_t size, uint64_t stamp)
 {
-    memcpy(l->p, &l->stamp, l->size < 8 ? l->size : 8);
-    if (l->size >= 16)
-        memcpy(l->p + l->size - 8, &l->stamp, 8);
+    memcpy(p, &stamp, size < 8 ? size : 8);
+    if (size >= 16)
+        memcpy(p + size - 8, &stamp, 8);
 }
 
-static void stamp_check(const fz_t *z, const live_t *l, const char *when)
+int stamp_there(const unsigned char *p, size_t size, uint64_t stamp)
 {
-    int ok = memcmp(l->p, &l->stamp, l->size < 8 ? l->size : 8) == 0;
-    if (ok && l->size >= 16)
-        ok = memcmp(l->p + l->size - 8, &l->stamp, 8) == 0;
-    if (!ok)
+    int ok = memcmp(p, &stamp, size < 8 ? size : 8) == 0;
+    if (ok && size >= 16)
+        ok = memcmp(p + size - 8, &stamp, 8) == 0;
+    return ok;
+}
+
+static void stamp_write(const live_t *l)
+{
+    stamp_put(l->p, l->size, l->stamp);
+}
+
+void stamp_check(const fz_t *z, const live_t *l, const char *when)
+{
+    if (!stamp_there(l->p, l->size, l->stamp))
         finding(z, "%s: the allocation at %p (%zu bytes) lost its contents", when, (void *)l->p,
                 l->size);
 }
 
-static ptrdiff_t live_find(const fz_t *z, uintptr_t a)
+ptrdiff_t live_find(const fz_t *z, uintptr_t a)
 {
     for (size_t i = 0; i < z->nlive; i++)
         if ((uintptr_t)z->live[i].p == a)
             return (ptrdiff_t)i;
     return -1;
+}
+
+ptrdiff_t live_pick(const fz_t *z, unsigned v)
+{
+    if (z->nlive == 0)
+        return -1;
+    for (size_t i = 0; i < z->nlive; i++)
+        if (z->live[i].serial == v)
+            return (ptrdiff_t)i;
+    return (ptrdiff_t)(v % z->nlive);
 }
 
 static ptrdiff_t live_containing(const fz_t *z, uintptr_t a)
@@ -1060,6 +994,7 @@ static void live_add(fz_t *z, void *ptr, size_t size, uint16_t serial, const cha
     l->own_gone = 0;
     l->strm = alloc_strm(z, a);
     l->nuses = 0;
+    l->share = -1;
     l->stamp = tmix64(((uint64_t)z->cfg << 48) ^ ((uint64_t)serial << 32) ^ z->nop ^ a);
     stamp_write(l);
 }
@@ -1084,7 +1019,7 @@ static void free_live(fz_t *z, size_t i)
 {
     vpmm_status_t st;
     stamp_check(z, &z->live[i], "before vpmm_free");
-    pend_note(z, &z->live[i]);
+    pend_note(z, &z->live[i], dev_freed(z, &z->live[i]));
     st = vpmm_free(z->pool, z->live[i].p);
     expect_status(z, "vpmm_free(live)", st, S(VPMM_SUCCESS), 1);
     live_remove(z, i);
@@ -1092,12 +1027,6 @@ static void free_live(fz_t *z, size_t i)
 
 /* ---- observations -----------------------------------------------------------------------------
  */
-
-typedef struct snap {
-    vpmm_stats_t stats;
-    size_t regions;
-    uint64_t hash;
-} snap_t;
 
 static int hash_region(const vpmm_region_info_t *r, void *user)
 {
@@ -1114,7 +1043,7 @@ static int hash_region(const vpmm_region_info_t *r, void *user)
     return 0;
 }
 
-static vpmm_stats_t stats_of(const fz_t *z)
+vpmm_stats_t stats_of(const fz_t *z)
 {
     vpmm_stats_t s;
     memset(&s, 0, sizeof s);
@@ -1122,7 +1051,7 @@ static vpmm_stats_t stats_of(const fz_t *z)
     return s;
 }
 
-static void snap_take(const fz_t *z, snap_t *s)
+void snap_take(const fz_t *z, snap_t *s)
 {
     memset(s, 0, sizeof *s);
     s->hash = 0xcbf29ce484222325ULL;
@@ -1131,7 +1060,7 @@ static void snap_take(const fz_t *z, snap_t *s)
 }
 
 /* Bad input must leave the pool exactly as it was. */
-static void snap_same(const fz_t *z, const snap_t *before, const char *call)
+void snap_same(const fz_t *z, const snap_t *before, const char *call)
 {
     snap_t now;
     snap_take(z, &now);
@@ -1225,9 +1154,8 @@ static int in_sorted(const uintptr_t *v, size_t n, uintptr_t a)
 /* ---- the checks after every operation -------------------------------------------------------- */
 
 /* The driver holds exactly what the pool believes it holds (as tests/test_util.c checks). */
-static void driver_matches_pool(const fz_t *z)
+void driver_matches_pool(const fz_t *z, const vpmm_pool_t *p, vpmm_driver_t *w)
 {
-    const vpmm_pool_t *p = z->pool;
     vpmm_fault_live_t live;
     size_t zombie_maps = 0, events = p->idle_count;
     const vpmm_strm_t *lists[2] = { p->streams, p->retired };
@@ -1238,18 +1166,21 @@ static void driver_matches_pool(const fz_t *z)
     for (int l = 0; l < 2; l++)
         for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
             events += (size_t)(s->recorded - s->completed);
-    vpmm_fault_live(z->fault, &live);
-    if (live.handles != (int64_t)(p->phys_count + p->nunreleased) ||
-        live.mappings != (int64_t)(p->phys_count + zombie_maps) ||
-        live.reservations != (int64_t)p->chunk_count || live.events != (int64_t)events ||
-        live.user_objects != 0)
-        finding(z,
-                "the driver holds handles %lld, mappings %lld, reservations %lld, events %lld, "
-                "caller user objects %lld; the pool believes %zu, %zu, %u, %zu, 0",
-                (long long)live.handles, (long long)live.mappings, (long long)live.reservations,
-                (long long)live.events, (long long)live.user_objects,
-                p->phys_count + p->nunreleased, p->phys_count + zombie_maps, p->chunk_count,
-                events);
+    vpmm_fault_live(w, &live);
+    /* Imported mappings (vpmm_ipc_open): each handle is mapped once, in a reservation of its
+     * mapping's own. */
+    if (live.handles != (int64_t)(p->phys_count + p->nunreleased + p->import_handles) ||
+        live.mappings != (int64_t)(p->phys_count + zombie_maps + p->import_handles) ||
+        live.reservations != (int64_t)(p->chunk_count + p->nimports) ||
+        live.events != (int64_t)events || live.user_objects != 0)
+        finding(
+            z,
+            "the driver holds handles %lld, mappings %lld, reservations %lld, events %lld, "
+            "caller user objects %lld; the %s believes %zu, %zu, %zu, %zu, 0",
+            (long long)live.handles, (long long)live.mappings, (long long)live.reservations,
+            (long long)live.events, (long long)live.user_objects,
+            p == z->pool ? "pool" : "importer", p->phys_count + p->nunreleased + p->import_handles,
+            p->phys_count + zombie_maps + p->import_handles, p->chunk_count + p->nimports, events);
 }
 
 static void check_all(const fz_t *z)
@@ -1267,12 +1198,13 @@ static void check_all(const fz_t *z)
         vpmm_host_check(z->host, 1);
         finding(z, "vpmm_host_check: %zu invariant(s) violated", bad);
     }
-    driver_matches_pool(z);
+    driver_matches_pool(z, z->pool, z->fault);
 }
 
 /*
  * Memory freed while a stream recorded on it (vpmm_record_stream) still had work is deferred as
- * long as that work is pending: FREE, counted as free memory, in no tree (docs/ALGORITHM.md). So
+ * long as that work is pending, and memory freed while shared (vpmm_ipc_export) as long as its
+ * shares are not over: FREE, counted as free memory, in no tree (docs/ALGORITHM.md). So
  * after every operation, for each such free the input knows of: the walk shows its region as it
  * was freed (same start, never merged into by a neighbour's free, not reallocated, not unmapped)
  * and not ready, and the stats' free bytes are exactly the walk's free regions, deferred ones
@@ -1303,10 +1235,12 @@ static void deferred_check(const fz_t *z)
         if (r == NULL || r->state != VPMM_REGION_FREE || r->ready || r->addr != e->lo ||
             r->size < e->hi - e->lo)
             finding(z,
-                    "the allocation %p (%zu bytes) freed at operation %llu, which a recorded "
-                    "stream still uses, is not a deferred free region: region %p, %zu bytes, "
-                    "state %d, ready %d",
+                    "the allocation %p (%zu bytes) freed at operation %llu, which %s, is not a "
+                    "deferred free region: region %p, %zu bytes, state %d, ready %d",
                     (void *)e->lo, (size_t)(e->hi - e->lo), (unsigned long long)e->nop,
+                    e->share >= 0 && dev_share_pending(z, e->share)
+                        ? "the importer may still map (its shares are not over)"
+                        : "a recorded stream still uses",
                     r ? (void *)r->addr : NULL, r ? r->size : 0, r ? (int)r->state : -1,
                     r ? r->ready : -1);
         deferred += r->size;
@@ -1354,7 +1288,7 @@ static void retired_check(fz_t *z)
 /* ---- streams and captures -------------------------------------------------------------------- */
 
 /* The id of the graph pool that owns the allocation at a (0: the shared pool). */
-static unsigned pool_of_alloc(const fz_t *z, uintptr_t a)
+unsigned pool_of_alloc(const fz_t *z, uintptr_t a)
 {
     const vpmm_region_t *r = vpmm_hmap_get(&z->pool->allocs, a);
     if (r == NULL)
@@ -1529,9 +1463,10 @@ static int op_malloc(fz_t *z)
     live_add(z, p, size, serial, "vpmm_malloc");
     l = &z->live[z->nlive - 1];
     l->own_rec = rec_of(z, si);
-    if (verbose)
+    if (fz_verbose)
         fprintf(stderr, "    %p (%zu bytes) on %s\n", p, size, ident_name(id));
     gates_check(z, l, "vpmm_malloc");
+    dev_given(z, (uintptr_t)p, size);
     if (cap != VPMM_CAPTURE_NONE) {
         /* A capture's allocations come from its graph pool, never from the shared pool. */
         cap_t *c = cap_find(z, cid);
@@ -1558,27 +1493,13 @@ static int op_free(fz_t *z)
         expect_status(z, "vpmm_free(NULL)", vpmm_free(z->pool, NULL), S(VPMM_SUCCESS), 1);
         return 1;
     }
-    for (size_t i = 0; i < z->nlive; i++) {
-        if (z->live[i].serial == v) {
-            free_live(z, i);
-            return 1;
-        }
-    }
-    free_live(z, v % z->nlive);
+    free_live(z, (size_t)live_pick(z, v));
     return 1;
 }
 
-/* A call on a pointer that the tracked set says is bad or reused: vpmm_free or
- * vpmm_record_stream (on the record slot's stream); a live pointer goes to live (a valid call). */
-typedef struct ptr_op {
-    const char *name;
-    void (*live)(fz_t *z, size_t i);
-    vpmm_status_t (*call)(fz_t *z, void *p);
-} ptr_op_t;
-
 /* Calls op on an arbitrary address; the tracked set says what must happen: bad pointers get
  * vpmm_free's statuses and change nothing. */
-static int ptr_any(fz_t *z, uintptr_t a, int foreign, const ptr_op_t *op)
+int ptr_any(fz_t *z, uintptr_t a, int foreign, const ptr_op_t *op)
 {
     ptrdiff_t i;
     snap_t before;
@@ -1622,11 +1543,9 @@ static int free_any(fz_t *z, uintptr_t a, int foreign)
     return ptr_any(z, a, foreign, &FREE_OP);
 }
 
-typedef int (*target_fn)(fz_t *z, uintptr_t a, int foreign);
-
 /* The addresses of FREE_BAD's kinds 1-6 (kind 0, NULL, is the caller's): act(address, whether it
  * is foreign for certain) runs on one; 0 if there is none to act on. */
-static int bad_target(fz_t *z, unsigned kind, unsigned v, uint32_t off, target_fn act)
+int bad_target(fz_t *z, unsigned kind, unsigned v, uint32_t off, target_fn act)
 {
     unsigned char local[64];
     uintptr_t base;
@@ -1703,7 +1622,7 @@ static void record_live(fz_t *z, size_t i)
         }
     }
     l->uses[l->nuses++] = (use_t){ .ident = id, .rec = rec };
-    if (verbose)
+    if (fz_verbose)
         fprintf(stderr, "    %p is used by %s too\n", (void *)l->p, ident_name(id));
 }
 
@@ -1732,13 +1651,7 @@ static int op_record_stream(fz_t *z)
     if ((kind & 0x80) == 0) {
         if (z->nlive == 0)
             return 0;
-        for (size_t i = 0; i < z->nlive; i++) {
-            if (z->live[i].serial == v) {
-                record_live(z, i);
-                return 1;
-            }
-        }
-        record_live(z, v % z->nlive);
+        record_live(z, (size_t)live_pick(z, v));
         return 1;
     }
     kind = (kind & 127) % 7;
@@ -1782,6 +1695,8 @@ static int op_work(fz_t *z)
             vpmm_host_advance(z->host, ident_key(z, ident_of(z, k)), 1);
         for (int t = 0; t < NTHREADS; t++)
             vpmm_host_advance(z->host, z->ptkey[t], 1);
+        for (int id2 = ID_P1; id2 < nident(z); id2++)
+            vpmm_host_advance(z->host, ident_key(z, id2), 1);
         break;
     }
     return 1;
@@ -1813,10 +1728,13 @@ static int op_capture_begin(fz_t *z)
     int si = slot_of(z), id = ident_of(z, si);
     unsigned g = rd8(z), mode = rd8(z) % 4;
     vpmm_graph_pool_t *gp = NULL;
-    vpmm_capture_status_t before = cap_of(z, id, NULL), after;
+    vpmm_capture_status_t before, after;
     vpmm_status_t st;
     uint64_t cid;
 
+    if (slot_is_peer(si))
+        return 0; /* device 1's streams are not captured (see the head comment) */
+    before = cap_of(z, id, NULL);
     if (z->ngp > 0 && g % (z->ngp + 1) < z->ngp)
         gp = z->gps[g % (z->ngp + 1)].gp;
     st = vpmm_capture_begin(z->pool, gp, slot_handle(z, si),
@@ -1893,13 +1811,17 @@ static int op_capture_end(fz_t *z)
 static int op_ext_begin(fz_t *z)
 {
     int si = slot_of(z), id = ident_of(z, si);
-    vpmm_capture_status_t cap = cap_of(z, id, NULL);
+    vpmm_capture_status_t cap;
     uint64_t cid = 0;
-    vpmm_dres_t r = vpmm_host_begin_capture(z->host, slot_handle(z, si), &cid);
-    vpmm_dres_t want = id == ID_LEGACY            ? VPMM_DRV_NOT_SUPPORTED
-                       : cap != VPMM_CAPTURE_NONE ? VPMM_DRV_ERROR
-                                                  : VPMM_DRV_OK;
-    if (verbose)
+    vpmm_dres_t r, want;
+    if (slot_is_peer(si))
+        return 0; /* device 1's streams are not captured (see the head comment) */
+    cap = cap_of(z, id, NULL);
+    r = vpmm_host_begin_capture(z->host, slot_handle(z, si), &cid);
+    want = id == ID_LEGACY            ? VPMM_DRV_NOT_SUPPORTED
+           : cap != VPMM_CAPTURE_NONE ? VPMM_DRV_ERROR
+                                      : VPMM_DRV_OK;
+    if (fz_verbose)
         fprintf(stderr, "    capture %llu begun outside vpmm on %s: result %d\n",
                 (unsigned long long)cid, ident_name(id), (int)r);
     if (r != want)
@@ -1934,7 +1856,7 @@ static int op_ext_end(fz_t *z)
         if (r == VPMM_DRV_OK && g != NULL)
             keep_graph(z, g);
     }
-    if (verbose)
+    if (fz_verbose)
         fprintf(stderr, "    capture %llu on %s ended outside vpmm: result %d\n",
                 (unsigned long long)cid, ident_name(id), (int)r);
     if (r != want)
@@ -1962,7 +1884,7 @@ static int op_capture_register(fz_t *z)
     if (cap != VPMM_CAPTURE_NONE)
         rec = record_gp(z, cid);
     st = vpmm_capture_register(z->pool, gp, slot_handle(z, si));
-    if (verbose)
+    if (fz_verbose)
         fprintf(stderr, "    on %s (capture %llu), graph pool %u\n", ident_name(id),
                 cap == VPMM_CAPTURE_NONE ? 0ull : (unsigned long long)cid, gid);
     if (cap == VPMM_CAPTURE_NONE)
@@ -2047,8 +1969,10 @@ static int op_exec(fz_t *z)
         return 0;
     i %= (unsigned)z->nexec;
     if (kind == 1) {
-        vpmm_dres_t want =
-            cap_of(z, id, NULL) != VPMM_CAPTURE_NONE ? VPMM_DRV_NOT_SUPPORTED : VPMM_DRV_OK;
+        vpmm_dres_t want;
+        if (slot_is_peer(si))
+            return 0; /* graphs are launched on device 0's streams only */
+        want = cap_of(z, id, NULL) != VPMM_CAPTURE_NONE ? VPMM_DRV_NOT_SUPPORTED : VPMM_DRV_OK;
         if (id == ID_LEGACY && ptds_capturing(z)) {
             taint_ptds(z); /* legacy work: refused (906), and it breaks those captures */
             want = VPMM_DRV_ERROR;
@@ -2193,6 +2117,9 @@ static void reconcile(fz_t *z, unsigned gid, vpmm_checkpoint_alloc_t *ca, size_t
         if (r->pool != gid)
             finding(z, "reapply on g%u changed the allocation %p of pool %u", gid, (void *)l->p,
                     r->pool);
+        if (l->share >= 0)
+            finding(z, "reapply on g%u dropped the allocation %p, which was exported", gid,
+                    (void *)l->p);
         live_remove(z, k); /* dropped by the reapply */
     }
     tracked = live_sorted(z);
@@ -2208,6 +2135,7 @@ static void reconcile(fz_t *z, unsigned gid, vpmm_checkpoint_alloc_t *ca, size_t
         z->live[z->nlive - 1].own_rec =
             rec_of_key(z, vpmm_i_stream_key_of(z->live[z->nlive - 1].strm));
         gates_check(z, &z->live[z->nlive - 1], "vpmm_checkpoint_reapply (revived)");
+        dev_given(z, (uintptr_t)ca[i].ptr, ca[i].size);
     }
     free(tracked);
     free(rs.r);
@@ -2314,39 +2242,68 @@ static int release_entry(vpmm_drv_entry_t e)
            e == VPMM_DRV_GRAPH_DESTROY || e == VPMM_DRV_END_CAPTURE;
 }
 
+/* The driver entries FAULT's operand names (e % FZ_DRV_ENTRIES): fixed by the encoding, so that
+ * a new entry of the driver table changes no input's meaning (the fourth encoding has the 27 of
+ * driver.h since the several-devices contract: REVOKE_ACCESS, GET_ACCESS — never counted nor
+ * failed by the decorator, so an arming of it fails nothing —, STREAM_DEVICE, MEM_EXPORT and
+ * MEM_IMPORT after the first 22, which the third encoding had). */
+#define FZ_DRV_ENTRIES 27
+_Static_assert(VPMM_DRV_ENTRY_COUNT == FZ_DRV_ENTRIES,
+               "a new driver entry: make FAULT name it in a new encoding (fuzz_ops.c, "
+               "make_corpus.py --upgrade)");
+
+void arm_apply(fz_t *z, vpmm_driver_t *w)
+{
+    vpmm_drv_entry_t e = z->arm_entry;
+    unsigned n = (unsigned)z->arm_n;
+    switch (z->arm_mode) {
+    case 0:
+        vpmm_fault_fail_nth(w, e, n % 8 + 1, z->arm_res);
+        break;
+    case 1:
+        vpmm_fault_fail_any_nth(w, n % 16 + 1, z->arm_res);
+        break;
+    default:
+        /* A lasting failure of a release entry leaks by design (every release gets two tries). */
+        if (release_entry(e))
+            vpmm_fault_fail_nth(w, e, n % 4 + 1, z->arm_res);
+        else
+            vpmm_fault_fail_from(w, e, n % 4 + 1, z->arm_res);
+        break;
+    }
+    /* The undo of a refused grant fails too: a second arming, of an entry whose failure leaves
+     * nothing behind that the pool relies on (vpmm.h: the revoke is best effort). */
+    if (z->arm_undo)
+        vpmm_fault_fail_nth(w, VPMM_DRV_REVOKE_ACCESS, 1, z->arm_res);
+}
+
 static int op_fault(fz_t *z)
 {
     unsigned kind = rd8(z);
-    vpmm_drv_entry_t e = (vpmm_drv_entry_t)(rd8(z) % VPMM_DRV_ENTRY_COUNT);
+    vpmm_drv_entry_t e = (vpmm_drv_entry_t)(rd8(z) % FZ_DRV_ENTRIES);
     unsigned n = rd8(z);
     vpmm_dres_t res = (kind & 1) ? VPMM_DRV_OUT_OF_MEMORY : VPMM_DRV_ERROR;
-    if (verbose)
+    if (fz_verbose)
         fprintf(stderr, "    arm: mode %u, %s, n %u, %s\n", (kind >> 1) % 4, vpmm_drv_entry_name(e),
                 n, res == VPMM_DRV_ERROR ? "ERROR" : "OUT_OF_MEMORY");
     /* One arming at a time: two could fail both tries of one call, which is allowed to leak. */
     vpmm_fault_clear(z->fault);
-    z->armed = 1;
-    switch ((kind >> 1) % 4) {
-    case 0:
-        vpmm_fault_fail_nth(z->fault, e, n % 8 + 1, res);
-        break;
-    case 1:
-        vpmm_fault_fail_any_nth(z->fault, n % 16 + 1, res);
-        break;
-    case 2:
-        /* A lasting failure of a release entry leaks by design (every release gets two tries). */
-        if (release_entry(e))
-            vpmm_fault_fail_nth(z->fault, e, n % 4 + 1, res);
-        else
-            vpmm_fault_fail_from(z->fault, e, n % 4 + 1, res);
-        break;
-    default:
+    if (z->dev.ifault != NULL)
+        vpmm_fault_clear(z->dev.ifault);
+    if ((kind >> 1) % 4 == 3) {
         z->armed = 0;
         z->destroy_fault = 1;
         z->destroy_fault_n = n % 32 + 1;
         z->destroy_fault_res = res;
-        break;
+        return 1;
     }
+    z->armed = 1;
+    z->arm_mode = (int)((kind >> 1) % 4);
+    z->arm_entry = e;
+    z->arm_n = (int)n;
+    z->arm_res = res;
+    z->arm_undo = (kind >> 3) & 1;
+    arm_apply(z, z->fault); /* OPEN and CLOSE move it to the importer's driver */
     return 1;
 }
 
@@ -2495,7 +2452,7 @@ static int op_sync(fz_t *z)
 static int op_thread(fz_t *z)
 {
     z->thread = rd8(z) % NTHREADS;
-    if (verbose)
+    if (fz_verbose)
         fprintf(stderr, "    now on thread %u\n", z->thread);
     return 0;
 }
@@ -2505,7 +2462,8 @@ static const op_fn op_table[OP_COUNT] = {
     op_capture_begin, op_capture_end,   op_ext_begin,  op_ext_end,       op_capture_register,
     op_capture_gp,    op_graph_destroy, op_exec,       op_gp_create,     op_gp_ref,
     op_ck_take,       op_ck_reapply,    op_ck_destroy, op_trim,          op_fault,
-    op_inspect,       op_sync,          op_thread,     op_record_stream,
+    op_inspect,       op_sync,          op_thread,     op_record_stream, op_grant,
+    op_export,        op_open,          op_close,      op_unshare,
 };
 
 /* ---- one input ------------------------------------------------------------------------------ */
@@ -2532,6 +2490,10 @@ static void setup(fz_t *z)
     vpmm_status_t st;
 
     z->page_size = page[z->cfg & 3];
+    z->granularity = gran[z->cfg & 3];
+    z->dev.devices = (z->cfg2 & 0x40) ? 2 : 1;
+    z->dev.isolated = z->dev.devices > 1 && (z->cfg2 & 0x80);
+    z->nslots = z->dev.devices > 1 ? NSLOTS2 : NSLOTS1;
     z->memory_limit = memory[(z->cfg >> 2) & 3];
     if ((z->cfg & 3) == 1)
         z->memory_limit /= 4; /* 64 KiB pages: at most 1024 of them, or checking dominates */
@@ -2568,7 +2530,9 @@ static void setup(fz_t *z)
     /* The pool's own host backend would follow its default stream (pool.c); this one must too. */
     ho = (vpmm_host_options_t){ .granularity = gran[z->cfg & 3],
                                 .memory_limit = z->memory_limit,
-                                .per_thread_default_stream = z->ptd_default };
+                                .per_thread_default_stream = z->ptd_default,
+                                .devices = z->dev.devices,
+                                .isolated = z->dev.isolated ? 2u : 0u };
     if (vpmm_host_open(&ho, &z->host) != VPMM_DRV_OK)
         finding(z, "vpmm_host_open failed");
     if (vpmm_fault_wrap(z->host, &z->fault) != VPMM_DRV_OK)
@@ -2585,12 +2549,13 @@ static void setup(fz_t *z)
     }
     for (unsigned t = 0; t < NTHREADS; t++)
         run_on(z, t, learn_thread_stream);
+    dev_setup(z);
     check_all(z);
 }
 
 static int any_capture(const fz_t *z)
 {
-    for (int id = ID_S1; id < NIDENT; id++)
+    for (int id = ID_S1; id < nident(z); id++)
         if (cap_of(z, id, NULL) != VPMM_CAPTURE_NONE)
             return 1;
     return 0;
@@ -2617,11 +2582,13 @@ static void cleanup(fz_t *z)
 
     z->op = -1;
     vpmm_fault_clear(z->fault);
+    if (z->dev.ifault != NULL)
+        vpmm_fault_clear(z->dev.ifault);
     z->armed = 0;
     z->thread = 0;
     /* Each capture is ended by the thread that began it (the only one allowed, unless RELAXED). */
     for (int pass = 0; pass < 4 && any_capture(z); pass++) {
-        for (int id = ID_S1; id < NIDENT; id++) {
+        for (int id = ID_S1; id < nident(z); id++) {
             uint64_t cid;
             const cap_t *c;
             if (cap_of(z, id, &cid) == VPMM_CAPTURE_NONE)
@@ -2660,6 +2627,7 @@ static void cleanup(fz_t *z)
     while (z->nck > 0)
         vpmm_checkpoint_destroy(z->cks[--z->nck]);
     vpmm_host_complete_all(z->host);
+    dev_cleanup(z);
     s = stats_of(z);
     if (s.live_allocs != 0 || s.graph_pools != 0)
         finding(z, "after cleanup: %llu live allocations, %llu graph pools",
@@ -2675,6 +2643,7 @@ static void cleanup(fz_t *z)
     if (st != VPMM_SUCCESS)
         finding(z, "vpmm_pool_destroy: %s", vpmm_status_name(st));
     z->pool = NULL;
+    dev_after_destroy(z);
     vpmm_fault_clear(z->fault);
     vpmm_fault_live(z->fault, &live);
     vpmm_host_counts(z->host, &hc);
@@ -2688,6 +2657,7 @@ static void cleanup(fz_t *z)
                 hc.reservations, hc.events);
     z->fault->close(z->fault);
     z->fault = z->host = NULL;
+    dev_fds_check(z);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -2702,13 +2672,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     z->pos = 1;
     z->cfg2 = rd8(z);
     z->op = -1;
+    z->dev.fds = dev_fd_count();
     workers_start();
     setup(z);
     while (z->pos < z->len) {
         int op = (int)(rd8(z) & 31), done;
         uint64_t injected;
         if (op >= OP_COUNT)
-            op = op < 27 ? OP_MALLOC : OP_FREE;
+            op = op < 31 ? OP_MALLOC : OP_FREE;
         z->op = op;
 #if !VPMM_HAVE_GRAPHS
         /* Without graph/ (VPMM_WITH_GRAPHS=OFF): no capture, graph pool, graph or checkpoint is
@@ -2717,30 +2688,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (op >= OP_CAPTURE_BEGIN && op <= OP_CK_DESTROY)
             continue;
 #endif
-        if (verbose && z->thread != 0 && op != OP_THREAD)
+        if (fz_verbose && z->thread != 0 && op != OP_THREAD)
             fprintf(stderr, "op %llu: %s (thread %u)\n", (unsigned long long)z->nop, op_names[op],
                     z->thread);
-        else if (verbose)
+        else if (fz_verbose)
             fprintf(stderr, "op %llu: %s\n", (unsigned long long)z->nop, op_names[op]);
-        injected = vpmm_fault_injected(z->fault);
+        injected = vpmm_fault_injected(z->fault) + vpmm_fault_injected(z->dev.ifault);
         done = op == OP_THREAD ? op_thread(z) : run_here(z, op_table[op]);
-        if (verbose && vpmm_fault_injected(z->fault) != injected)
+        if (fz_verbose &&
+            vpmm_fault_injected(z->fault) + vpmm_fault_injected(z->dev.ifault) != injected)
             fprintf(stderr, "    %llu driver failure(s) injected, the last in %s\n",
-                    (unsigned long long)(vpmm_fault_injected(z->fault) - injected),
-                    z->fault->last_call);
+                    (unsigned long long)(vpmm_fault_injected(z->fault) +
+                                         vpmm_fault_injected(z->dev.ifault) - injected),
+                    (op == OP_OPEN || op == OP_CLOSE) && z->dev.ifault != NULL
+                        ? z->dev.ifault->last_call
+                        : z->fault->last_call);
         if (!done)
             continue; /* nothing to act on (no graph pool, no checkpoint ...): not counted */
         if (op != OP_FAULT && z->armed) {
             vpmm_fault_clear(z->fault); /* an arming lasts one operation */
+            if (z->dev.ifault != NULL)
+                vpmm_fault_clear(z->dev.ifault);
             z->armed = 0;
         }
-        if (verbose)
+        if (fz_verbose)
             trace_waits(z);
         check_all(z);
         caps_check(z);
         deferred_check(z);
         retired_check(z);
         stream_order_check(z);
+        dev_check(z);
         z->nop++;
         if (++total_ops % 1000000 == 0)
             fprintf(stderr, "fuzz_ops: %llu operations so far\n", (unsigned long long)total_ops);
@@ -2763,6 +2741,7 @@ static void at_exit(void)
             "reapplies refused for them\n",
             (unsigned long long)records_made, (unsigned long long)gated_frees,
             (unsigned long long)conflicts_expected);
+    dev_report();
     workers_stop_all();
     if (side_pool != NULL) {
         vpmm_free(side_pool, side_ptr);
@@ -2779,7 +2758,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     vpmm_config_t cfg;
     (void)argc;
     (void)argv;
-    verbose = getenv("FUZZ_OPS_VERBOSE") != NULL && atoi(getenv("FUZZ_OPS_VERBOSE")) > 0;
+    fz_verbose = getenv("FUZZ_OPS_VERBOSE") != NULL && atoi(getenv("FUZZ_OPS_VERBOSE")) > 0;
     devnull = fopen("/dev/null", "w");
     if (devnull == NULL) {
         perror("fuzz_ops: /dev/null");

@@ -29,13 +29,25 @@ Two kinds of seeds, in the encoding described at the top of fuzz_ops.c:
             captured (by vpmm and outside it) at the free, a capture's allocation recorded and
             freed in and after captures, legacy gates during a capture, per-thread streams of
             other threads as gates, checkpoints refused over a deferred free (and reapplies
-            keeping uses, a graph pool dissolving with one), driver failures around them.
+            keeping uses, a graph pool dissolving with one), driver failures around them;
+            several devices (hand-dev-*, a node of two devices): device 1 granted before and
+            after growth, defragmentation's remaps, graph-pool growth and a reapply reviving
+            zombies, an isolated device 1 and devices that are not there, device 1's streams
+            allocating, recorded and released, a fault sweep over a grant (each set_access, its
+            undo, any call) and over the markers of device 1's streams; CUDA IPC (hand-ipc-*,
+            with the importer): export, open, the exporter frees, the importer closes (and the
+            other way round), unshare, refusals (buffers too small, bad pointers, a graph pool's
+            allocation, bytes that are not a handle, stale handles, bad closes), neighbours on one
+            page, shares with other streams' uses and defragmentation, fault sweeps over export,
+            open and close.
 
 The output is deterministic (fixed seeds, sorted traces). Usage:
   tests/fuzz/make_corpus.py [--out DIR]      (default: tests/fuzz/corpus next to this script)
-  tests/fuzz/make_corpus.py --upgrade FILE...  rewrites inputs of the second encoding (23 a
-                                             MALLOC, before RECORD_STREAM) in place: they
-                                             decode as before
+  tests/fuzz/make_corpus.py --upgrade FILE...  rewrites inputs of the third encoding (24-30
+                                             MALLOC or FREE, before GRANT, EXPORT, OPEN, CLOSE,
+                                             UNSHARE) in place: they decode as before
+  tests/fuzz/make_corpus.py --upgrade --from 2 FILE...  the same for the second encoding (23 a
+                                             MALLOC, before RECORD_STREAM)
   tests/fuzz/make_corpus.py --upgrade --from 1 FILE...  the same for the first encoding (no
                                              second config byte)
 """
@@ -54,11 +66,13 @@ KiB = 1 << 10
 # Opcodes (fuzz_ops.c).
 (MALLOC, FREE, FREE_BAD, WORK, STREAM_RELEASE, CAPTURE_BEGIN, CAPTURE_END, EXT_BEGIN, EXT_END,
  CAPTURE_REGISTER, CAPTURE_GP, GRAPH_DESTROY, EXEC, GP_CREATE, GP_REF, CK_TAKE, CK_REAPPLY,
- CK_DESTROY, TRIM, FAULT, INSPECT, SYNC, THREAD, RECORD_STREAM) = range(24)
+ CK_DESTROY, TRIM, FAULT, INSPECT, SYNC, THREAD, RECORD_STREAM, GRANT, EXPORT, OPEN, CLOSE,
+ UNSHARE) = range(29)
 
 # Stream operand slots: 0 NULL, 1 CU_STREAM_LEGACY, 2..5 created streams, 6 CU_STREAM_PER_THREAD
-# (the per-thread stream of the thread running the operation; NULL too when config2 says so).
-NULLS, LEGACY, S1, S2, S3, S4, PT = range(7)
+# (the per-thread stream of the thread running the operation; NULL too when config2 says so);
+# on a node of two devices (config2 bit 6) 7 and 8 are created streams of device 1.
+NULLS, LEGACY, S1, S2, S3, S4, PT, P1, P2 = range(9)
 
 # Capture modes.
 GLOBAL, THREAD_LOCAL, RELAXED = range(3)
@@ -67,7 +81,11 @@ GLOBAL, THREAD_LOCAL, RELAXED = range(3)
 (GRANULARITY, VA_RESERVE, VA_FREE, MEM_CREATE, MEM_RELEASE, MEM_MAP, MEM_UNMAP, SET_ACCESS,
  EVENT_CREATE, EVENT_DESTROY, EVENT_RECORD, EVENT_QUERY, STREAM_WAIT_EVENT, CAPTURE_INFO,
  MEM_GET_INFO, SYNCHRONIZE, BEGIN_CAPTURE, END_CAPTURE, USER_OBJECT_CREATE,
- GRAPH_RETAIN_USER_OBJECT, USER_OBJECT_RELEASE, GRAPH_DESTROY_ENTRY) = range(22)
+ GRAPH_RETAIN_USER_OBJECT, USER_OBJECT_RELEASE, GRAPH_DESTROY_ENTRY, REVOKE_ACCESS, GET_ACCESS,
+ STREAM_DEVICE, MEM_EXPORT, MEM_IMPORT) = range(27)
+
+# GRANT's device operand (d % 8 picks 0, 1, 1, 1, 2, -1, 64, INT_MIN).
+OWN, PEER, DEV2, DEV_NEG, DEV64, DEV_MIN = 0, 1, 4, 5, 6, 7
 
 
 def config(page=0, memory=0, cache=0, cap=False, prealloc=False):
@@ -76,12 +94,14 @@ def config(page=0, memory=0, cache=0, cap=False, prealloc=False):
     return page | memory << 2 | cache << 4 | (0x40 if cap else 0) | (0x80 if prealloc else 0)
 
 
-def config2(ptd_default=False, worker=False, handle_pages_log2=0, classes=0):
+def config2(ptd_default=False, worker=False, handle_pages_log2=0, classes=0, devices=1,
+            isolated=False):
     """The second config byte: bit 0, stream 0 is the calling thread's per-thread stream; bit 1,
     the background worker; bits 2-3, handle pages 1, 2, 4 or 8 (log2); bits 4-5, size classes:
-    default, none, a 32nd of a page, a whole page."""
+    default, none, a 32nd of a page, a whole page; bit 6, a node of two devices (the pool on
+    device 0, P1 and P2 streams of device 1); bit 7, device 1 isolated (no peer access)."""
     return ((1 if ptd_default else 0) | (2 if worker else 0) | (handle_pages_log2 & 3) << 2 |
-            (classes & 3) << 4)
+            (classes & 3) << 4 | (0x40 if devices > 1 else 0) | (0x80 if isolated else 0))
 
 
 def with_config2(data, cfg2):
@@ -95,6 +115,9 @@ class Prog:
     def __init__(self, cfg, cfg2=0):
         self.b = bytearray([cfg, cfg2])
         self.serial = 0
+        self.nhandles = 0  # IPC handles the harness keeps (a ring of 8), as it numbers them
+        self.handle_at = 0
+        self.opens = []  # the importer's open pointers, by the export's handle index
 
     def op(self, code, *operands):
         self.b.append(code)
@@ -177,10 +200,12 @@ class Prog:
     def trim(self, kind=0, v=0):
         return self.op(TRIM, (1, kind), (2, v))
 
-    def fault(self, mode, entry=0, n=0, oom=False):
+    def fault(self, mode, entry=0, n=0, oom=False, undo=False):
         """mode 0: entry fails at its (n%8+1)-th call; 1: any entry at the (n%16+1)-th; 2: entry
-        from its (n%4+1)-th call on; 3: one failure during the final pool destruction."""
-        return self.op(FAULT, (1, mode << 1 | (1 if oom else 0)), (1, entry), (1, n))
+        from its (n%4+1)-th call on; 3: one failure during the final pool destruction. undo: the
+        first revoke_access fails too (a refused grant's undo)."""
+        return self.op(FAULT, (1, mode << 1 | (1 if oom else 0) | (8 if undo else 0)), (1, entry),
+                       (1, n))
 
     def inspect(self, kind, i=0):
         return self.op(INSPECT, (1, kind), (1, i))
@@ -201,6 +226,56 @@ class Prog:
         """vpmm_record_stream of FREE_BAD's address kind (0 NULL, 1 freed, 2 interior, 3 stack,
         4 heap/static, 5 another pool's, 6 near the pool's memory)."""
         return self.op(RECORD_STREAM, (1, s), (1, 0x80 | kind), (2, v), (4, off))
+
+    def grant(self, dev=PEER):
+        """vpmm_pool_grant_access: OWN, PEER (device 1), or a device that is not there."""
+        return self.op(GRANT, (1, dev))
+
+    def export(self, serial, small=0):
+        """vpmm_ipc_export of the live allocation of malloc #serial (small: a buffer of small - 1
+        bytes, too small); returns the index of the handle kept, as OPEN names it (assuming the
+        export succeeds)."""
+        kind = 0x40 if small else 0
+        self.op(EXPORT, (1, kind), (2, serial), (4, max(small - 1, 0)))
+        if small:
+            return None
+        if self.nhandles < 8:
+            self.nhandles += 1
+            return self.nhandles - 1
+        k = self.handle_at
+        self.handle_at = (self.handle_at + 1) % 8
+        return k
+
+    def export_bad(self, kind, v=0, off=0):
+        return self.op(EXPORT, (1, 0x80 | kind), (2, v), (4, off))
+
+    def open(self, h, corrupt=0, ok=True):
+        """vpmm_ipc_open of kept handle h in the importer; corrupt 4-7: shortened, wrong magic,
+        wrong version, NULL (refused); ok=False: a stale handle, refused too."""
+        self.op(OPEN, (1, h), (1, corrupt))
+        if corrupt == 0 and ok:
+            self.opens.append(h)
+        return self
+
+    def close(self, h=None):
+        """vpmm_ipc_close of an open pointer: the first one opened from handle h (the newest
+        open by default), as the harness numbers its opens (a closed one's place takes the
+        last)."""
+        k = len(self.opens) - 1 if h is None else self.opens.index(h)
+        self.op(CLOSE, (1, k))
+        self.opens[k] = self.opens[-1]
+        self.opens.pop()
+        return self
+
+    def close_bad(self, kind):
+        """vpmm_ipc_close of NULL (0), a stack address (1), the last pointer closed (2)."""
+        return self.op(CLOSE, (1, 0x80 | kind))
+
+    def unshare(self, serial):
+        return self.op(UNSHARE, (1, 0), (2, serial), (4, 0))
+
+    def unshare_bad(self, kind, v=0, off=0):
+        return self.op(UNSHARE, (1, 0x80 | kind), (2, v), (4, off))
 
     def bytes(self):
         return bytes(self.b)
@@ -1068,6 +1143,424 @@ def uses_faults(cfg, rng):
     return p.bytes()
 
 
+# ---- several devices and CUDA IPC (fuzz_devices.c) ---------------------------------------------
+
+TWO = config2(devices=2)
+
+
+def dev_grant_growth(cfg, cfg2=TWO):
+    """Device 1 granted after growth, then more growth, defragmentation's remaps (every other page
+    free, a span that needs them), graph-pool growth and a checkpoint reapply that makes zombie
+    addresses live again: every live allocation stays reachable by device 1. Grants of nothing
+    (the own device, again) and of devices that are not there change nothing."""
+    p = Prog(cfg, cfg2)
+    a = [p.malloc(S1 + i % 2, 2 * MiB + 256 * i) for i in range(8)]
+    small = [p.malloc(S3, sz) for sz in (100, 5000, 70 * KiB)]
+    p.grant(DEV2).grant(DEV_NEG).grant(DEV64).grant(DEV_MIN).grant(OWN)
+    p.grant(PEER)
+    p.inspect(0)
+    for s_ in a[::2]:
+        p.free(s_)
+    p.enqueue(S1)
+    p.malloc(S2, 7 * MiB)  # remaps the free pages: named for device 1 too
+    p.malloc(P1, 3 * MiB)  # on a stream of device 1
+    p.grant(PEER)  # again: nothing to do
+    p.gp_create()
+    p.capture_begin(S4, gp=0)
+    g = [p.malloc(S4, sz) for sz in (1 * MiB, 6 * MiB)]
+    p.capture_end(S4)
+    p.ck_take(0)
+    p.capture_begin(S4, gp=0)
+    p.free(g[0])
+    p.malloc(S4, 9 * MiB)
+    p.capture_end(S4)
+    p.ck_reapply(0, 0)
+    p.complete_all()
+    p.trim(0)
+    p.malloc(S3, 20 * MiB)
+    for s_ in a[1::2] + small:
+        p.free(s_)
+    p.graph_destroy(0).graph_destroy(0)
+    p.gp_ref(True, 0)
+    p.malloc(P2, 11 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def dev_grant_zombies(cfg, cfg2=TWO):
+    """Device 1 granted while zombies exist — a graph pool's old addresses after a capture's
+    remap, the shared pool's after defragmentation with work pending — then a checkpoint reapply
+    makes the zombies live again without a driver call: the grant must have reached them."""
+    page = [2 * MiB, 64 * KiB, 256 * KiB, 4 * MiB][cfg & 3]
+    p = Prog(cfg, cfg2)
+    p.gp_create()
+    p.capture_begin(S1, gp=0)
+    a = [p.malloc(S1, page) for _ in range(4)]
+    p.capture_end(S1)
+    p.ck_take(0)
+    p.capture_begin(S1, gp=0)
+    p.free(a[0])
+    p.free(a[2])
+    p.malloc(S1, 2 * page)  # a[0] and a[2] apart: their pages remapped, the old addresses kept
+    p.capture_end(S1)
+    x = [p.malloc(S2, page) for _ in range(6)]
+    p.enqueue(S2)
+    for s_ in x[::2]:
+        p.free(s_)
+    p.malloc(S3, 3 * page)  # the shared pool's remap: zombies while S2's work is pending
+    p.inspect(0)
+    p.grant(PEER)
+    p.ck_reapply(0, 0)  # a[0] and a[2] live again at their zombie addresses
+    p.inspect(1)
+    p.complete_all()
+    p.trim(0)
+    p.ck_reapply(0, 0)
+    p.graph_destroy(0).graph_destroy(0)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def dev_grant_first(cfg, cfg2=TWO):
+    """Device 1 granted before anything is mapped: every later mapping names it (growth, remaps,
+    graph pools, the worker's passes when config2 says so)."""
+    p = Prog(cfg, cfg2)
+    p.grant(PEER)
+    live = []
+    for i in range(24):
+        live.append(p.malloc([S1, S2, P1, P2][i % 4], [300, 3 * MiB, 700 * KiB, 5 * MiB][i % 4]))
+        p.enqueue([S1, S2, P1, P2][i % 4])
+        if i % 3 == 2:
+            p.free(live.pop(0))
+    p.malloc(S3, 24 * MiB)  # a slow path across both devices' pending memory
+    p.advance(P1, 2)
+    p.work(0, 4)
+    p.malloc(S4, 24 * MiB)
+    p.trim(1, 16)
+    p.complete_all()
+    p.trim(0)
+    p.malloc(S4, 30 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def dev_isolated(cfg):
+    """Device 1 isolated: its grant is refused (NOT_SUPPORTED, nothing changes); its streams still
+    allocate, record and wait as any stream."""
+    p = Prog(cfg, config2(devices=2, isolated=True))
+    x = p.malloc(P1, 3 * MiB)
+    p.enqueue(P1)
+    p.grant(PEER)
+    p.grant(DEV2)
+    p.free(x)
+    p.malloc(S1, 3 * MiB)  # must wait for P1's work
+    p.enqueue(S1)
+    y = p.malloc(S2, 1 * MiB)
+    p.enqueue(P2)
+    p.record(P2, y)
+    p.free(y)
+    p.malloc(S2, 1 * MiB)
+    p.advance(P1)
+    p.complete(P2)
+    p.trim(2)
+    p.grant(PEER)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def dev_peer_streams(cfg, cfg2=TWO):
+    """Streams of device 1 used with the pool: blocks allocated on them and freed with their work
+    pending (reused by device 0's streams after a GPU-side wait on an event of device 1), recorded
+    on device 0's blocks, released; the reverse."""
+    p = Prog(cfg, cfg2)
+    p.grant(PEER)
+    blocks = [p.malloc(P1, sz) for sz in (4 * MiB, 200 * KiB, 3000)]
+    p.enqueue(P1, 2)
+    for b in blocks:
+        p.free(b)
+    p.malloc(S1, 4 * MiB)
+    p.malloc(S2, 200 * KiB)
+    p.enqueue(S1)
+    p.advance(P1)
+    p.advance(S1)
+    x = p.malloc(S1, 2 * MiB)
+    p.enqueue(P2)
+    p.record(P2, x)
+    p.record(P1, x)
+    p.enqueue(P1)
+    p.free(x)
+    p.malloc(S1, 2 * MiB)  # not x's memory: P1 and P2 work on it
+    p.stream_release(P2)
+    p.malloc(S3, 20 * MiB)
+    p.complete(P1)
+    p.trim(2)
+    y = p.malloc(P2, 5 * MiB)  # a new stream on P2's handle
+    p.enqueue(P2)
+    p.record(S4, y)
+    p.free(y)
+    p.malloc(P1, 5 * MiB)
+    p.work(0, 4)
+    p.complete_all()
+    p.malloc(P1, 5 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ipc_export_open_free_close(cfg, cfg2=0):
+    """The exporter frees first: the memory stays out of every free list — no malloc of its size
+    on its stream, no defragmentation or trim takes it — until the importer closes; a slow path
+    then releases it."""
+    p = Prog(cfg, cfg2)
+    x = p.malloc(S1, 4 * MiB)
+    h = p.export(x)
+    p.open(h)
+    p.free(x)
+    p.malloc(S1, 4 * MiB)
+    p.trim(2)
+    p.malloc(S2, 20 * MiB)
+    p.trim(0)
+    p.inspect(1).inspect(0)
+    p.close(h)
+    p.malloc(S1, 4 * MiB)
+    p.trim(2)
+    p.malloc(S1, 4 * MiB)
+    y = p.malloc(S3, 700 * KiB)
+    hy = p.export(y)
+    p.open(hy)
+    p.enqueue(S3)
+    p.free(y)  # shared and pending on S3
+    p.close(hy)
+    p.advance(S3)
+    p.malloc(S3, 700 * KiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ipc_close_then_free(cfg, cfg2=0):
+    """The importer closes first: the free is ordinary (its own stream takes it back at once);
+    an export never opened keeps the memory until the pool goes."""
+    p = Prog(cfg, cfg2)
+    x = p.malloc(S1, 3 * MiB)
+    h = p.export(x)
+    p.open(h)
+    p.close(h)
+    p.free(x)
+    p.malloc(S1, 3 * MiB)
+    y = p.malloc(S2, 5 * MiB)
+    p.export(y)  # never opened
+    p.free(y)
+    p.malloc(S2, 5 * MiB)
+    p.trim(0)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ipc_unshare(cfg, cfg2=0):
+    """vpmm_ipc_unshare ends the shares no close ended: the free is ordinary, the old handle is
+    stale, a later close ends nothing of the address's next use (after its slot went back)."""
+    p = Prog(cfg, cfg2)
+    x = p.malloc(S1, 4 * MiB)
+    h = p.export(x)
+    p.export(x)  # the same bytes, a second share
+    p.open(h)
+    p.unshare(x)
+    p.free(x)
+    y = p.malloc(S1, 4 * MiB)  # x's memory, at once
+    h2 = p.export(y)
+    p.close(h)  # ends nothing of y's share
+    p.open(h2)
+    p.open(h, ok=False)  # stale
+    p.close(h2)
+    z = p.malloc(S2, 1 * MiB)
+    p.unshare(z)  # never exported: nothing to do
+    p.export(z)
+    p.unshare(z)
+    p.unshare(z)
+    p.free(z)
+    for kind in range(7):
+        p.unshare_bad(kind, v=1, off=300)
+    p.free(y)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ipc_refusals(cfg, cfg2=0):
+    """Refused: buffers too small, bad pointers, a graph pool's allocation, handle bytes that are
+    not a handle, stale handles, bad closes; none changes either pool."""
+    p = Prog(cfg, cfg2)
+    x = p.malloc(S1, 3 * MiB)
+    p.export(x, small=1)  # no buffer: the length needed
+    p.export(x, small=40)
+    for kind in range(7):
+        p.export_bad(kind, v=1, off=0x1234)
+    p.gp_create()
+    p.capture_begin(S2, gp=0)
+    g = p.malloc(S2, 64 * KiB)
+    p.export(g)  # a graph pool's: NOT_SUPPORTED
+    p.capture_end(S2)
+    h = p.export(x)
+    for corrupt in (4, 5, 6, 7):
+        p.open(h, corrupt)
+    p.close_bad(0).close_bad(1)
+    p.open(h)
+    p.open(h)  # open already: the same pointer
+    p.close(h)
+    p.close(h)
+    p.close_bad(2)  # the pointer just closed
+    p.open(h, ok=False)  # stale: its share is over
+    p.free(x)
+    p.trim(0)
+    p.malloc(S3, 3 * MiB)
+    p.open(h, ok=False)  # stale, its pages given back or reused
+    p.graph_destroy(0)
+    p.free(g)
+    p.gp_ref(True, 0)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ipc_neighbours(cfg, cfg2=0):
+    """Allocations on the same pages shared and opened (one mapping in the importer), freed and
+    closed in every order; small ones under size classes."""
+    p = Prog(cfg, cfg2)
+    a = [p.malloc(S1, sz) for sz in (300, 1000, 64 * KiB, 1 * MiB, 1 * MiB)]
+    hs = [p.export(s_) for s_ in a]
+    for h in hs:
+        p.open(h)
+    p.free(a[0])
+    p.close(hs[1])
+    p.free(a[1])
+    p.free(a[3])
+    p.malloc(S1, 1 * MiB)
+    p.malloc(S1, 300)
+    p.close(hs[0])
+    p.close(hs[3])
+    p.trim(2)
+    p.malloc(S1, 1 * MiB)
+    p.free(a[4])
+    p.free(a[2])
+    p.close(hs[2])
+    p.malloc(S2, 12 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def ipc_with_streams(cfg, cfg2):
+    """Shares and other streams' uses on one allocation; defragmentation and trims while shared
+    memory is deferred; device 1's streams and a grant (config2 two devices)."""
+    p = Prog(cfg, cfg2)
+    p.grant(PEER)
+    live = [p.malloc(S1 + i % 4, (i % 5 + 1) * 700 * KiB) for i in range(12)]
+    hs = []
+    for i in (1, 4, 7, 10):
+        hs.append(p.export(live[i]))
+        p.open(hs[-1])
+    p.enqueue(S2)
+    p.record(S2, live[4])
+    p.record(P1 if cfg2 & 0x40 else S3, live[7])
+    p.enqueue(P1 if cfg2 & 0x40 else S3)
+    for i in range(0, 12, 2):
+        p.free(live[i])
+    for i in (1, 4, 7):
+        p.free(live[i])
+    p.malloc(S3, 16 * MiB)  # defragmentation around deferred memory
+    p.trim(0)
+    p.close(hs[1])
+    p.trim(2)
+    p.advance(S2)
+    p.close(hs[0])
+    p.malloc(S1, 16 * MiB)
+    p.complete_all()
+    p.close(hs[2])
+    p.trim(2)
+    p.malloc(S4, 20 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+
+def dev_grant_faults(cfg, cfg2=TWO):
+    """A driver failure at each set_access of a grant over three mapped runs, with and without its
+    undo (the revokes) failing too, lasting failures, any call's: each refused with nothing
+    changed; then the grant that works, and growth whose set_access (naming the peer) fails."""
+    p = Prog(cfg, cfg2)
+    x = [p.malloc(S1, 4 * MiB) for _ in range(5)]
+    for i in (1, 3):
+        p.free(x[i])
+    p.trim(0)
+    for k in range(3):
+        p.fault(0, SET_ACCESS, k, oom=k == 1)
+        p.grant(PEER)
+    p.fault(0, SET_ACCESS, 1, undo=True)
+    p.grant(PEER)
+    p.fault(0, SET_ACCESS, 2, undo=True)
+    p.grant(PEER)
+    p.fault(2, SET_ACCESS, 1)
+    p.grant(PEER)
+    for n in range(3):
+        p.fault(1, n=n, undo=n == 2)
+        p.grant(PEER)
+    p.fault(1, n=3)
+    p.grant(PEER)  # three runs, three calls: the fourth never comes
+    p.fault(0, SET_ACCESS, 0)
+    p.malloc(S2, 9 * MiB)  # growth's set_access names the peer: it fails as a whole
+    p.malloc(S2, 9 * MiB)
+    p.fault(2, STREAM_DEVICE, 0)
+    y = p.malloc(P1, 2 * MiB)
+    p.enqueue(P1)
+    p.free(y)
+    p.fault(0, STREAM_DEVICE, 0)
+    p.malloc(S3, 2 * MiB)  # the marker of P1 needs its device: refused, nothing changed
+    p.fault(0, EVENT_CREATE, 0)
+    p.malloc(S3, 2 * MiB)
+    p.malloc(S3, 2 * MiB)
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
+def ipc_faults(cfg, cfg2, rng):
+    """Driver failures in exports (mem_export), opens (descriptors imported, reserved, mapped,
+    granted) and closes (the device synchronised, unmapped, released): refused calls change
+    neither pool and leak nothing; the next try works. Each open attempt has an export of its own
+    (an open takes one share over, its close ends it), closed at once when it worked."""
+    p = Prog(cfg, cfg2)
+    x = p.malloc(S1, 5 * MiB)
+    y = p.malloc(S2, 300 * KiB)
+    for k in range(4):
+        p.fault(0, MEM_EXPORT, k, oom=k == 1)
+        p.export(x)
+    p.export(y)
+
+    def attempt(serial, arm):
+        h = p.export(serial)
+        arm()
+        p.op(OPEN, (1, h), (1, 0))  # may fail: then the next attempt takes this share
+        p.op(CLOSE, (1, 0))  # skipped when nothing is open
+
+    for e in (MEM_IMPORT, VA_RESERVE, MEM_MAP, SET_ACCESS):
+        for k in range(3):
+            attempt(x, lambda: p.fault(0, e, k, oom=k == 2))
+    for n in range(8):
+        attempt(y, lambda: p.fault(1, n=n))
+    attempt(x, lambda: p.fault(2, MEM_IMPORT, 1))
+    for e in (SYNCHRONIZE, MEM_UNMAP, MEM_RELEASE, VA_FREE):
+        for mode in (0, 2):
+            h = p.export(x)
+            p.op(OPEN, (1, h), (1, 0))
+            p.fault(mode, e, 0)
+            p.op(CLOSE, (1, 0))
+            p.op(CLOSE, (1, 0))  # again, unarmed, if it failed
+    h = p.export(y)
+    p.op(OPEN, (1, h), (1, 0))
+    p.free(x)
+    p.fault(0, MEM_EXPORT, 0)
+    p.export(y)
+    p.free(y)
+    p.trim(2)
+    p.fault(1, n=rng.randrange(4))
+    p.op(CLOSE, (1, 0)).op(CLOSE, (1, 0))
+    p.trim(0)
+    p.fault(3, n=rng.randrange(16))
+    p.inspect(0).inspect(1)
+    return p.bytes()
+
 def write(out, name, data):
     with open(os.path.join(out, name), "wb") as f:
         f.write(data)
@@ -1131,11 +1624,49 @@ def upgrade_v2(data):
     return bytes(out)
 
 
-def upgrade(data, version=2):
-    """An input of encoding `version` (1 or 2), rewritten for the current one (3)."""
+# Encoding 3 added RECORD_STREAM (23, eight operand bytes); 24-26 were MALLOC, 27-31 FREE, the
+# second config byte's bits 6-7 were ignored, and FAULT's entry operand was taken mod 22 (the
+# driver table's entries then; fuzz_ops.c read it mod VPMM_DRV_ENTRY_COUNT, which became 27 with
+# the several-devices contract before the fourth encoding fixed it at 27).
+V3_OPERANDS = V2_OPERANDS + [8]
+V3_ENTRIES = 22
+
+
+def upgrade_v3(data):
+    """An input of encoding 3, rewritten to decode to the same operations in encoding 4: the second
+    config byte's bits 6-7 cleared (now two devices, device 1 isolated), opcodes 24-30 (then
+    MALLOC or FREE, now GRANT, EXPORT, OPEN, CLOSE, UNSHARE, MALLOC, MALLOC) written as 0 or 1 (the
+    upper three bits kept; 31 is FREE in both), FAULT's kind bit 3 cleared (now: the undo fails
+    too) and its entry byte reduced mod 22. Truncated operands stay truncated."""
+    if len(data) < 2:
+        return data
+    out = bytearray(data[:1]) + bytes([data[1] & 0x3F])
+    pos = 2
+    while pos < len(data):
+        raw = data[pos]
+        pos += 1
+        op = raw & 31
+        if op >= 24:
+            op = MALLOC if op < 27 else FREE
+            raw = (raw & ~31) | op
+        out.append(raw)
+        opnd = bytearray(data[pos:pos + V3_OPERANDS[op]])
+        pos += V3_OPERANDS[op]
+        if op == FAULT and len(opnd) >= 1:
+            opnd[0] &= ~0x08  # now: the undo (revoke_access) fails too
+        if op == FAULT and len(opnd) >= 2:
+            opnd[1] %= V3_ENTRIES
+        out += opnd
+    return bytes(out)
+
+
+def upgrade(data, version=3):
+    """An input of encoding `version` (1, 2 or 3), rewritten for the current one (4)."""
     if version == 1:
         data = upgrade_v1(data)
-    return upgrade_v2(data)
+    if version <= 2:
+        data = upgrade_v2(data)
+    return upgrade_v3(data)
 
 
 def main():
@@ -1144,9 +1675,10 @@ def main():
     ap.add_argument("--upgrade", nargs="+", metavar="FILE",
                     help="rewrite inputs of an earlier encoding (--from) in place for the "
                          "current one, and write no corpus")
-    ap.add_argument("--from", dest="version", type=int, choices=(1, 2), default=2,
-                    help="the encoding of the --upgrade inputs: 2 (before RECORD_STREAM, the "
-                         "default) or 1 (before the second config byte)")
+    ap.add_argument("--from", dest="version", type=int, choices=(1, 2, 3), default=3,
+                    help="the encoding of the --upgrade inputs: 3 (before the device and IPC "
+                         "operations, the default), 2 (before RECORD_STREAM) or 1 (before the "
+                         "second config byte)")
     args = ap.parse_args()
     if args.upgrade:
         for path in args.upgrade:
@@ -1198,7 +1730,25 @@ def main():
               with_config2(defrag_streams(cfg, random.Random(500 + i)), config2(classes=i)))
         write(args.out, "hand-classes-faults-%d" % i,
               with_config2(fault_sweep(cfg, random.Random(600 + i)), config2(classes=3 - i)))
-        n += 24
+        # Several devices (peer access, device 1's streams) and CUDA IPC with an importer.
+        two_w = config2(devices=2, worker=i % 2 == 1, handle_pages_log2=i % 3)
+        write(args.out, "hand-dev-grant-growth-%d" % i, dev_grant_growth(cfg, two_w))
+        write(args.out, "hand-dev-grant-first-%d" % i, dev_grant_first(cfg, two_w))
+        write(args.out, "hand-dev-grant-zombies-%d" % i, dev_grant_zombies(cfg, two_w))
+        write(args.out, "hand-dev-isolated-%d" % i, dev_isolated(cfg))
+        write(args.out, "hand-dev-peer-streams-%d" % i, dev_peer_streams(cfg))
+        write(args.out, "hand-dev-grant-faults-%d" % i, dev_grant_faults(cfg, two_w))
+        write(args.out, "hand-ipc-free-then-close-%d" % i,
+              ipc_export_open_free_close(cfg, config2(worker=i == 2)))
+        write(args.out, "hand-ipc-close-then-free-%d" % i, ipc_close_then_free(cfg))
+        write(args.out, "hand-ipc-unshare-%d" % i, ipc_unshare(cfg))
+        write(args.out, "hand-ipc-refusals-%d" % i, ipc_refusals(cfg))
+        write(args.out, "hand-ipc-neighbours-%d" % i, ipc_neighbours(cfg, config2(classes=i)))
+        write(args.out, "hand-ipc-streams-%d" % i,
+              ipc_with_streams(cfg, config2(devices=1 + i % 2, handle_pages_log2=i)))
+        write(args.out, "hand-ipc-faults-%d" % i,
+              ipc_faults(cfg, config2(devices=1 + i % 2), random.Random(700 + i)))
+        n += 37
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print("%d seeds, %d bytes in %s" % (n, total, args.out))
 
