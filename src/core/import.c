@@ -342,7 +342,7 @@ vpmm_status_t vpmm_i_import_open(vpmm_pool_t *p, const void *handle, size_t len,
 {
     parsed_t x;
     vpmm_import_t *m;
-    import_use_t *u;
+    import_use_t *u, use;
     vpmm_status_t st = VPMM_SUCCESS;
     int pidfd = -1, fresh = 0;
 
@@ -362,22 +362,27 @@ vpmm_status_t vpmm_i_import_open(vpmm_pool_t *p, const void *handle, size_t len,
         return VPMM_SUCCESS;
     }
     VPMM_CHECK(pidfd_open_of(x.h.pid, &pidfd));
+    /* The share first: a stale handle is refused before any of its descriptor numbers is taken
+     * (once the exporter gave its pages back, they may name anything). */
+    st = use_map(pidfd, &x, &use);
+    if (st != VPMM_SUCCESS)
+        goto out;
     if (m == NULL) {
         st = import_map(p, pidfd, &x, &m);
-        if (st != VPMM_SUCCESS)
+        if (st != VPMM_SUCCESS) {
+            use_unmap(&use);
             goto out;
+        }
         fresh = 1;
     }
     if (VPMM_GROW(m->uses, m->cap, m->nuses + 1, 2) != 0) {
         vpmm_i_set_error("vpmm_ipc_open: out of host memory");
         st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        use_unmap(&use);
         goto undo;
     }
-    u = &m->uses[m->nuses];
-    st = use_map(pidfd, &x, u);
-    if (st != VPMM_SUCCESS)
-        goto undo;
-    m->nuses++;
+    u = &m->uses[m->nuses++];
+    *u = use;
     u->opens = 1;
     if (fresh) {
         m->next = p->imports;
