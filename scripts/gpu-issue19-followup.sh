@@ -43,17 +43,26 @@ runner=$!
 for _ in $(seq 60); do kill -0 $runner 2>/dev/null || break; sleep 1; done
 if kill -0 $runner 2>/dev/null; then
   note "cudafree_race vpmm: still running after 60 s: stacks dumped"
-  for pid in $(pgrep -f 'multiprocessing|test_c10d_ops_nccl' | grep -v "^$$\$"); do
-    timeout 40 cuda-gdb -batch -p "$pid" -ex 'thread apply all bt 25' >"$out/stack-$pid.txt" 2>&1 &
+  # Every process of the test (the pytest runner and its spawned ranks): native stacks, each dump
+  # bounded (cuda-gdb may be slow to attach); never wait on the runner itself.
+  pids=$(pgrep -f 'test_c10d_ops_nccl|multiprocessing' | grep -vx "$$")
+  dumpers=()
+  for pid in $pids; do
+    timeout -k 5 45 cuda-gdb -batch -p "$pid" -ex 'thread apply all bt 30' \
+      >"$out/stack-$pid.txt" 2>&1 &
+    dumpers+=($!)
   done
-  wait $(jobs -p | grep -v "^$runner\$") 2>/dev/null
-  cat "$out"/stack-*.txt 2>/dev/null | grep -E '^#|^Thread' | grep -iE 'vpmm|nccl|Deregister|Register|Synchronize|mutex|lock|futex|Thread' | head -80 >"$out/stacks-short.txt"
+  [ ${#dumpers[@]} -gt 0 ] && wait "${dumpers[@]}"
   pkill -9 -f test_c10d_ops_nccl
+  grep -hE '^#' "$out"/stack-*.txt 2>/dev/null |
+    grep -iE 'vpmm|nccl|ncclComm|Dereg|Regist|Synchron|futex|mutex|cond_wait|poll' | sort | uniq -c |
+    sort -rn | head -60 >"$out/stacks-short.txt"
 else
   wait $runner
   note "cudafree_race vpmm rc $?: $(tail -n 1 "$out/race.log")"
 fi
-tar czf "$out/nccl.tgz" -C "$out" $(cd "$out" && ls nccl-*.txt stack-*.txt 2>/dev/null) 2>/dev/null
+# At most eight files come back: the NCCL debug files and whole stacks go into one archive.
+( cd "$out" && tar czf nccl-and-stacks.tgz $(ls nccl-*.txt stack-*.txt 2>/dev/null) 2>/dev/null )
 rm -f "$out"/nccl-*.txt "$out"/stack-*.txt
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"
 [ -f "$out/stacks-short.txt" ] && head -60 "$out/stacks-short.txt"
