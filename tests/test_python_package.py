@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """test_python_package.py — the Python package vpmm (integrations/pytorch/vpmm) where PyTorch is
 not installed, as on the CI machine: `import vpmm` imports no torch; vpmm.torch's extras refuse
-before enable(); enable() explains that PyTorch is missing; the library search order
-($VPMM_TORCH_BACKEND, the package's directory, the build tree, the linker's path); the version
-matches the project's (include/vpmm.h); sitecustomize.py does nothing without VPMM_TORCH_ENABLE=1 and stops the
-process with the reason when it cannot enable vpmm. (With PyTorch and a GPU,
+before enable(); enable() explains that PyTorch is missing; the NCCL settings enable() makes
+(zero copy off where the environment does not set it; VPMM_TORCH_NCCL_ZERO_COPY); the library
+search order ($VPMM_TORCH_BACKEND, the package's directory, the build tree, the linker's path);
+the version matches the project's (include/vpmm.h); sitecustomize.py does nothing without
+VPMM_TORCH_ENABLE=1 and stops the process with the reason when it cannot enable vpmm. (With PyTorch and a GPU,
 integrations/pytorch/test_backend.py covers the backend itself.) Run by ctest.
 """
 import os
@@ -86,6 +87,30 @@ class Package(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "cannot load libvpmm_torch_backend.so.*"
                                     "/nonexistent/libvpmm_torch_backend.so \\(no such file\\)"):
             vt._load("/nonexistent/libvpmm_torch_backend.so")
+
+    def test_nccl_zero_copy_off_by_default(self):
+        # enable() turns NCCL's zero copy off where the environment does not set it
+        # (INTERFACE.md §10.3): both variables, once, and nothing the user set is changed.
+        env = {}
+        self.assertFalse(vt._nccl_zero_copy(env))
+        self.assertEqual(vt._nccl_defaults(env, False),
+                         {"NCCL_LOCAL_REGISTER": "0", "NCCL_GRAPH_REGISTER": "0"})
+        self.assertEqual(env, {"NCCL_LOCAL_REGISTER": "0", "NCCL_GRAPH_REGISTER": "0"})
+        self.assertEqual(vt._nccl_defaults(env, False), {})  # already set: nothing more
+        env = {"NCCL_LOCAL_REGISTER": "1"}
+        self.assertEqual(vt._nccl_defaults(env, False), {"NCCL_GRAPH_REGISTER": "0"})
+        self.assertEqual(env["NCCL_LOCAL_REGISTER"], "1")
+        self.assertEqual(vt.nccl_settings(), {})  # before enable(): nothing set
+
+    def test_nccl_zero_copy_asked_for(self):
+        env = {"VPMM_TORCH_NCCL_ZERO_COPY": "1"}
+        self.assertTrue(vt._nccl_zero_copy(env))
+        self.assertEqual(vt._nccl_defaults(env, True), {})
+        self.assertEqual(env, {"VPMM_TORCH_NCCL_ZERO_COPY": "1"})
+        self.assertFalse(vt._nccl_zero_copy({"VPMM_TORCH_NCCL_ZERO_COPY": "0"}))
+        for bad in ("yes", "", "2", " 1"):
+            with self.assertRaisesRegex(ValueError, "VPMM_TORCH_NCCL_ZERO_COPY=.*expected 0"):
+                vt._nccl_zero_copy({"VPMM_TORCH_NCCL_ZERO_COPY": bad})
 
     def test_sitecustomize_off_by_default(self):
         path = os.path.join(PKG, "autoenable") + os.pathsep + PKG

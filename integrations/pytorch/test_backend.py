@@ -120,6 +120,8 @@ def child_env():
     env["PYTHONPATH"] = os.pathsep.join(path)
     if os.environ.get("VPMM_TORCH_BACKEND") is None and vt.library_path():
         env["VPMM_TORCH_BACKEND"] = vt.library_path()
+    for name in vt.nccl_settings():  # set by this process's enable(): each child decides itself
+        env.pop(name, None)
     return env
 
 
@@ -823,10 +825,42 @@ def one_handle(t, handle=2 * MiB):
     return a // handle == (a + t.numel() * t.element_size() - 1) // handle
 
 
+def skewed_all_to_all(torch, dist, dev, rank, world):
+    """all_to_all_single of 1 MiB chunks whose send and receive sides NCCL would register
+    differently (INTERFACE.md §10.3): rank 1's chunks each lie inside one 2 MiB handle, rank 0's
+    buffers start 0.5 MiB into one, so its chunk 1 crosses a handle's end. With NCCL's zero copy
+    on, such a transfer never completes; vpmm's defaults turn it off. empty_cache() runs while
+    each transfer is in flight (PyTorch's test_alltoall_ops_with_cudafree_race)."""
+    keep = []
+
+    def windowed(nbytes, skew):
+        big = torch.empty(nbytes + 4 * MiB, dtype=torch.uint8, device=dev)
+        keep.append(big)
+        start = (-big.data_ptr()) % (2 * MiB) + skew
+        return big[start:start + nbytes].view(torch.float32)
+
+    skew = MiB // 2 if rank == 0 else 0
+    inp, out = windowed(world * MiB, skew), windowed(world * MiB, skew)
+    n = MiB // 4
+    for it in range(4):
+        for j in range(world):
+            inp[j * n:(j + 1) * n].fill_(float(100 * it + 10 * rank + j))
+        out.fill_(-1.0)
+        work = dist.all_to_all_single(out, inp, async_op=True)
+        torch.cuda.empty_cache()
+        work.wait()
+        torch.cuda.synchronize(dev)
+        for j in range(world):
+            if not bool((out[j * n:(j + 1) * n] == 100 * it + 10 * j + rank).all()):
+                raise AssertionError("skewed all_to_all, step %d: chunk %d wrong" % (it, j))
+
+
 def nccl_worker(mode, rank, world, port, outq):
     """One rank: collectives of several sizes on vpmm memory registered with NCCL, segments
     coming and going between them. mode "hook": TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1
-    (every segment registered); "pool": a MemPool registered with register_mem_pool."""
+    (every segment registered), then a skewed all-to-all; "hook-zero-copy": the same with
+    VPMM_TORCH_NCCL_ZERO_COPY=1, without the all-to-all (it would hang: §10.3); "pool": a MemPool
+    registered with register_mem_pool, then the skewed all-to-all on the pool's memory."""
     try:
         import torch
         import torch.distributed as dist
@@ -861,7 +895,8 @@ def nccl_worker(mode, rank, world, port, outq):
                 del x, out, inp, parts
 
         sizes = (4096, 256 * 1024, MiB, 3 * MiB, 9 * MiB + 4096, 33 * MiB)
-        if mode == "hook":
+        seen["nccl_settings"] = vtc.nccl_settings()
+        if mode in ("hook", "hook-zero-copy"):
             for step in range(3):
                 collectives(step, sizes)
                 torch.cuda.synchronize()
@@ -881,6 +916,14 @@ def nccl_worker(mode, rank, world, port, outq):
                 if not bool((out[r * half:(r + 1) * half] == r + 7).all()):
                     raise AssertionError("all_gather into one handle: wrong")
             del cands, out, inp
+            # Its segment deregistered while both ranks' NCCL proxies are up (left to the
+            # communicators' destruction, NCCL 2.28 warns "deregister IPC buffer ... peerRank
+            # ... failed": each rank's proxy may be gone when the other asks it to unmap).
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            dist.barrier()
+            if mode == "hook":
+                skewed_all_to_all(torch, dist, dev, rank, world)
         else:  # a MemPool registered with the communicator (pool mode)
             backend = dist.distributed_c10d._get_default_group()._get_backend(dev)
             pool = torch.cuda.MemPool()
@@ -899,6 +942,8 @@ def nccl_worker(mode, rank, world, port, outq):
             inp = torch.full((out.numel() // world,), float(rank + 7), device=dev)
             dist.all_gather_into_tensor(out, inp)
             del cands, out, inp
+            with torch.cuda.use_mem_pool(pool):
+                skewed_all_to_all(torch, dist, dev, rank, world)
             torch.cuda.synchronize()
             backend.deregister_mem_pool(pool)
             del pool
@@ -921,10 +966,13 @@ class NCCLRegistration(unittest.TestCase):
     """torch.distributed's NCCL backend registering vpmm's segments (INTERFACE.md §10): two
     spawned ranks, vpmm in both, all_reduce / all_gather of several sizes (some over several 2 MiB
     handles), segments freed and mapped again between them; NCCL's REG log must show the
-    registrations (ncclCommRegister of each segment: "register comm ... buffer ... size", and the
-    zero-copy import of a buffer inside one handle: "IPC register buffer") and no failed one."""
+    registrations (ncclCommRegister of each segment: "register comm ... buffer ... size") and no
+    failed one. By default (vpmm.torch's NCCL settings: zero copy off) no buffer may be imported
+    for zero copy, and an all-to-all whose two sides NCCL would register differently completes
+    with the right values; with VPMM_TORCH_NCCL_ZERO_COPY=1 a buffer inside one handle must be
+    ("IPC register buffer")."""
 
-    TIMEOUT = 600
+    TIMEOUT = 300
 
     @classmethod
     def setUpClass(cls):
@@ -981,8 +1029,11 @@ class NCCLRegistration(unittest.TestCase):
         shutil.rmtree(logdir, ignore_errors=True)
         return results, lines
 
-    def check(self, results, lines):
+    def check(self, results, lines, zero_copy=False):
         for rank, (stats, seen) in results.items():
+            self.assertEqual(seen["nccl_settings"], {} if zero_copy else
+                             {"NCCL_LOCAL_REGISTER": "0", "NCCL_GRAPH_REGISTER": "0"},
+                             "rank %d: vpmm.torch.nccl_settings()" % rank)
             self.assertGreaterEqual(stats["trace_trackers"], 2, "rank %d: no trackers" % rank)
             self.assertEqual(stats["snapshot_segments"], "handles")
             self.assertEqual(seen["segments"], seen["stat_segments"],
@@ -999,13 +1050,22 @@ class NCCLRegistration(unittest.TestCase):
         self.assertTrue(regs, "no ncclCommRegister in NCCL's log (%s)" % summary)
         self.assertTrue(any(" size %d" % (2 * MiB) in ln for ln in regs),
                         "no 2 MiB segment (one vpmm handle) registered")
-        self.assertTrue(ipc, "no buffer registered for zero copy (%s)" % summary)
+        if zero_copy:
+            self.assertTrue(ipc, "no buffer registered for zero copy (%s)" % summary)
+        else:
+            self.assertEqual(ipc, [], "a buffer imported for zero copy with it off (%s)" % summary)
         self.assertEqual(bad, [], "registrations failed or skipped")
 
     def test_hook_registers_every_segment(self):
         results, lines = self.run_ranks(
             "hook", {"TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "1"})
         self.check(results, lines)
+
+    def test_hook_zero_copy_asked_for(self):
+        results, lines = self.run_ranks(
+            "hook-zero-copy", {"TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "1",
+                               "VPMM_TORCH_NCCL_ZERO_COPY": "1"})
+        self.check(results, lines, zero_copy=True)
 
     def test_mempool_registered(self):
         results, lines = self.run_ranks("pool", {})

@@ -29,7 +29,12 @@ of it (also those of sends a consumer's cache absorbed), and the memory is reuse
 With torch.distributed's NCCL backend and TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1, every
 segment vpmm maps (one physical handle at its address) is registered with NCCL and deregistered
 before it moves or goes; snapshots then list those segments (integrations/pytorch/INTERFACE.md
-§10).
+§10). NCCL does not use them for zero copy: enable() sets NCCL_LOCAL_REGISTER=0 and
+NCCL_GRAPH_REGISTER=0 where the environment does not set them (NCCL then copies through its own
+buffers, as it does for the native allocator's memory), because NCCL 2.28 registers a buffer only
+inside one physical handle and a send/recv whose one side is registered and the other not never
+completes (§10.3); VPMM_TORCH_NCCL_ZERO_COPY=1 leaves NCCL as it is configured. nccl_settings()
+says what enable() set (in os.environ: child processes inherit it).
 
 The allocator is libvpmm_torch_backend.so, built by the repository's CMake where PyTorch is
 installed (integrations/pytorch/vpmm_cuda_allocator.cpp). enable() looks for it, in order: its
@@ -44,13 +49,46 @@ The pools run on vpmm's CUDA backend, its default (VPMM_BACKEND=host is for vpmm
 import ctypes
 import json
 import os
+import sys
 
-__all__ = ["enable", "is_enabled", "library_path", "stats", "trim", "dump", "check"]
+__all__ = ["enable", "is_enabled", "library_path", "nccl_settings", "stats", "trim", "dump",
+           "check"]
 
 _LIB_NAME = "libvpmm_torch_backend.so"
 _ABI = 2  # vpmm_torch_backend_abi() of the backend this package drives
 _lib = None
 _lib_path = None
+_nccl_set = {}
+
+# NCCL's use of registered buffers for zero copy, off on vpmm's memory unless asked for
+# (INTERFACE.md §10.3): eager collectives and send/recv (NCCL_LOCAL_REGISTER), and those captured
+# in CUDA graphs (NCCL_GRAPH_REGISTER, which registers a buffer's first handle only).
+_NCCL_ZERO_COPY_OFF = (("NCCL_LOCAL_REGISTER", "0"), ("NCCL_GRAPH_REGISTER", "0"))
+_HOOK = "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"
+
+
+def _nccl_zero_copy(environ):
+    """Whether VPMM_TORCH_NCCL_ZERO_COPY asks to leave NCCL's registration alone (0 or 1; unset
+    is 0). Raises ValueError, naming the variable, for any other value."""
+    value = environ.get("VPMM_TORCH_NCCL_ZERO_COPY", "0")
+    if value not in ("0", "1"):
+        raise ValueError("VPMM_TORCH_NCCL_ZERO_COPY=%r: expected 0 (NCCL copies through its own "
+                         "buffers on vpmm's memory, the default) or 1 (NCCL left as configured)"
+                         % value)
+    return value == "1"
+
+
+def _nccl_defaults(environ, zero_copy):
+    """Turns NCCL's zero copy off in environ where environ does not set it and zero_copy is
+    false; returns {name: value} of what it set."""
+    if zero_copy:
+        return {}
+    done = {}
+    for name, value in _NCCL_ZERO_COPY_OFF:
+        if name not in environ:
+            environ[name] = value
+            done[name] = value
+    return done
 
 
 def _candidates(library):
@@ -118,11 +156,23 @@ def enable(library=None):
             "vpmm.torch.enable() must run before CUDA is initialised in this process (before "
             "the first CUDA tensor, torch.cuda.set_device or torch.cuda.init): PyTorch cannot "
             "swap the allocator of a process that has already allocated CUDA memory")
+    try:
+        zero_copy = _nccl_zero_copy(os.environ)
+    except ValueError as e:
+        raise RuntimeError("vpmm.torch.enable(): %s" % e) from None
     lib, path = _load(library)
     err = ctypes.create_string_buffer(2048)
     if lib.vpmm_torch_backend_install(err, len(err)) != 0:
         raise RuntimeError("vpmm.torch.enable(): " + err.value.decode(errors="replace"))
     _lib, _lib_path = lib, path
+    # Before any communicator exists (NCCL reads its settings when the first one is made).
+    _nccl_set.update(_nccl_defaults(os.environ, zero_copy))
+    if "NCCL_LOCAL_REGISTER" in _nccl_set and os.environ.get(_HOOK, "0") not in ("", "0"):
+        sys.stderr.write(
+            "vpmm.torch: %s=1: NCCL registers vpmm's segments but copies through its own buffers "
+            "(NCCL_LOCAL_REGISTER=0: a buffer over two of vpmm's handles cannot be registered, "
+            "and a send/recv registered on one side only never completes); "
+            "VPMM_TORCH_NCCL_ZERO_COPY=1 turns NCCL's zero copy back on\n" % _HOOK)
 
 
 def is_enabled():
@@ -133,6 +183,12 @@ def is_enabled():
 def library_path():
     """The path enable() loaded the backend from (None before enable())."""
     return _lib_path
+
+
+def nccl_settings():
+    """The NCCL environment variables enable() set ({name: value}; empty before enable(), with
+    VPMM_TORCH_NCCL_ZERO_COPY=1, or where the environment set them itself)."""
+    return dict(_nccl_set)
 
 
 def _device(device):
