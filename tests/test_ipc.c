@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "graph_test_util.h"
+#include "test_pattern.h"
 
 #ifndef SYS_pidfd_getfd
 #define SYS_pidfd_getfd 438
@@ -104,23 +105,6 @@ static size_t open_fds(void)
     return n;
 }
 
-static void fill(void *p, size_t n, unsigned seed)
-{
-    unsigned char *b = p;
-    for (size_t i = 0; i < n; i += 4096)
-        b[i] = (unsigned char)(seed + i / 4096);
-    b[n - 1] = (unsigned char)(seed ^ 0x5a);
-}
-
-static int same(const void *p, size_t n, unsigned seed)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i += 4096)
-        if (b[i] != (unsigned char)(seed + i / 4096))
-            return 0;
-    return b[n - 1] == (unsigned char)(seed ^ 0x5a);
-}
-
 static void open_two(tpool_t *exporter, tpool_t *importer)
 {
     tpool_open(exporter, &(tpool_params_t){ .small_bytes = 1 });
@@ -138,13 +122,13 @@ static void test_export_open_aliases(void **state)
     require_pidfd();
     open_two(&a, &b);
     p = tmalloc(a.pool, 3 * MiB, NULL);
-    fill(p, 3 * MiB, 7);
+    tpattern_fill(p, 3 * MiB, 7);
     h = export_ok(&a, p);
     assert_true(h.len <= VPMM_IPC_HANDLE_BYTES(3 * MiB, 2 * MiB));
     q = open_ok(&b, &h);
-    assert_true(same(q, 3 * MiB, 7));
-    fill(q, 3 * MiB, 9);
-    assert_true(same(p, 3 * MiB, 9));
+    assert_true(tpattern_same(q, 3 * MiB, 7));
+    tpattern_fill(q, 3 * MiB, 9);
+    assert_true(tpattern_same(p, 3 * MiB, 9));
     sa = tstats(a.pool);
     sb = tstats(b.pool);
     assert_int_equal(sa.ipc_exports, 1);
@@ -244,7 +228,7 @@ static void test_exporter_frees_first(void **state)
     require_pidfd();
     open_two(&a, &b);
     p = tmalloc(a.pool, 4 * MiB, NULL);
-    fill(p, 4 * MiB, 3);
+    tpattern_fill(p, 4 * MiB, 3);
     h = export_ok(&a, p);
     q = open_ok(&b, &h);
     tfree(a.pool, p);
@@ -254,16 +238,16 @@ static void test_exporter_frees_first(void **state)
     /* Nobody gets it, not through a slow path, not by defragmentation or trim. */
     r = tmalloc(a.pool, 4 * MiB, NULL);
     assert_ptr_not_equal(r, p);
-    fill(r, 4 * MiB, 11);
+    tpattern_fill(r, 4 * MiB, 11);
     slow_path(&a);
     tfree(a.pool, r);
     {
         void *big = tmalloc(a.pool, 8 * MiB, NULL); /* may gather r's pages, never p's */
-        fill(big, 8 * MiB, 13);
-        assert_true(same(q, 4 * MiB, 3));
+        tpattern_fill(big, 8 * MiB, 13);
+        assert_true(tpattern_same(q, 4 * MiB, 3));
         tfree(a.pool, big);
     }
-    assert_true(same(q, 4 * MiB, 3));
+    assert_true(tpattern_same(q, 4 * MiB, 3));
     /* The importer is done: a slow path releases it; the exporter takes it back. */
     close_ok(&b, q);
     slow_path(&a);
@@ -592,12 +576,12 @@ static void test_exporter_destroyed_first(void **state)
     require_pidfd();
     open_two(&a, &b);
     p = tmalloc(a.pool, 3 * MiB, NULL);
-    fill(p, 3 * MiB, 21);
+    tpattern_fill(p, 3 * MiB, 21);
     h = export_ok(&a, p);
     q = open_ok(&b, &h);
     tfree(a.pool, p); /* deferred: shared */
     tpool_close(&a);
-    assert_true(same(q, 3 * MiB, 21));
+    assert_true(tpattern_same(q, 3 * MiB, 21));
     close_ok(&b, q);
     tpool_close(&b);
 }
@@ -638,9 +622,9 @@ static int child_writes(tpool_t *b, void *arg)
         fprintf(stderr, "child: %s\n", vpmm_last_error());
         return 1;
     }
-    if (!same(q, 3 * MiB, 31))
+    if (!tpattern_same(q, 3 * MiB, 31))
         return 2;
-    fill(q, 3 * MiB, 33);
+    tpattern_fill(q, 3 * MiB, 33);
     return vpmm_ipc_close(b->pool, q) == VPMM_SUCCESS ? 0 : 3;
 }
 
@@ -653,10 +637,10 @@ static void test_across_fork(void **state)
     require_pidfd();
     tpool_open(&a, &(tpool_params_t){ .small_bytes = 1 });
     p = tmalloc(a.pool, 3 * MiB, NULL);
-    fill(p, 3 * MiB, 31);
+    tpattern_fill(p, 3 * MiB, 31);
     x.h = export_ok(&a, p);
     assert_int_equal(in_child(child_writes, &x), 0);
-    assert_true(same(p, 3 * MiB, 33)); /* the child's writes */
+    assert_true(tpattern_same(p, 3 * MiB, 33)); /* the child's writes */
     tfree(a.pool, p);
     assert_int_equal(tstats(a.pool).ipc_shared, 0); /* the child closed: over */
     tpool_close(&a);
@@ -673,7 +657,7 @@ static int child_holds(tpool_t *b, void *arg)
         return 1;
     if (write(x->to_parent[1], "o", 1) != 1 || read(x->to_child[0], &c, 1) != 1)
         return 2;
-    if (!same(q, 4 * MiB, 41)) /* the parent freed and allocated again: still ours */
+    if (!tpattern_same(q, 4 * MiB, 41)) /* the parent freed and allocated again: still ours */
         return 3;
     return vpmm_ipc_close(b->pool, q) == VPMM_SUCCESS ? 0 : 4;
 }
@@ -690,7 +674,7 @@ static void test_across_fork_exporter_frees_first(void **state)
     require_pidfd();
     tpool_open(&a, &(tpool_params_t){ .small_bytes = 1 });
     p = tmalloc(a.pool, 4 * MiB, NULL);
-    fill(p, 4 * MiB, 41);
+    tpattern_fill(p, 4 * MiB, 41);
     x.h = export_ok(&a, p);
     assert_int_equal(pipe(x.to_parent), 0);
     assert_int_equal(pipe(x.to_child), 0);
@@ -707,7 +691,7 @@ static void test_across_fork_exporter_frees_first(void **state)
     tfree(a.pool, p);
     r = tmalloc(a.pool, 4 * MiB, NULL);
     assert_ptr_not_equal(r, p);
-    fill(r, 4 * MiB, 43);
+    tpattern_fill(r, 4 * MiB, 43);
     assert_int_equal(write(x.to_child[1], "c", 1), 1);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));

@@ -29,15 +29,10 @@
 #include <cmocka.h>
 
 #include "stats_json.h"
-#include "torch_adapter.h"
+#include "test_torch_adapter_util.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
-
-typedef struct fixture {
-    vpmm_pool_t *pool;
-    vta_device_t d;
-} fixture_t;
 
 /* A host pool as device `device` of the process (ipc: config.ipc). */
 static void open_dev(fixture_t *f, size_t max_bytes, int device, int ipc)
@@ -57,23 +52,6 @@ static void open_fx(fixture_t *f, size_t max_bytes)
 {
     open_dev(f, max_bytes, 0, -1);
 }
-
-static void close_fx(fixture_t *f)
-{
-    vta_device_fini(&f->d);
-    assert_int_equal(vpmm_pool_check(f->pool, stderr), 0);
-    assert_int_equal(vpmm_pool_destroy(f->pool), VPMM_SUCCESS);
-}
-
-static void *talloc(fixture_t *f, size_t size, vpmm_stream_t s, vta_pool_id_t id)
-{
-    void *p = NULL;
-    assert_int_equal(vta_malloc(&f->d, size, s, id, &p), VPMM_SUCCESS);
-    assert_non_null(p);
-    return p;
-}
-
-static const vta_pool_id_t SHARED = { 0, 0 };
 
 static void test_stats_follow_allocations(void **state)
 {

@@ -31,14 +31,10 @@
 
 #include <cmocka.h>
 
-#include "torch_adapter.h"
+#include "test_pattern.h"
+#include "test_torch_adapter_util.h"
 
 #define MiB ((size_t)1 << 20)
-
-typedef struct fixture {
-    vpmm_pool_t *pool;
-    vta_device_t d;
-} fixture_t;
 
 /* A host pool (its own emulated node) as device `device` of the process (ipc: config.ipc). */
 static void open_dev(fixture_t *f, int device, int ipc)
@@ -56,48 +52,6 @@ static void open_dev(fixture_t *f, int device, int ipc)
 static void open_fx(fixture_t *f)
 {
     open_dev(f, 0, -1);
-}
-
-static void close_fx(fixture_t *f)
-{
-    vta_device_fini(&f->d);
-    assert_int_equal(vpmm_pool_check(f->pool, stderr), 0);
-    assert_int_equal(vpmm_pool_destroy(f->pool), VPMM_SUCCESS);
-}
-
-static const vta_pool_id_t SHARED = { 0, 0 };
-
-static void *talloc(fixture_t *f, size_t size, vpmm_stream_t s, vta_pool_id_t id)
-{
-    void *p = NULL;
-    assert_int_equal(vta_malloc(&f->d, size, s, id, &p), VPMM_SUCCESS);
-    assert_non_null(p);
-    return p;
-}
-
-static vpmm_stats_t pstats(fixture_t *f)
-{
-    vpmm_stats_t s;
-    assert_int_equal(vpmm_get_stats(f->pool, &s), VPMM_SUCCESS);
-    return s;
-}
-
-/* A pattern per 4 KiB and at the last byte. */
-static void fill(void *p, size_t n, unsigned seed)
-{
-    unsigned char *b = p;
-    for (size_t i = 0; i < n; i += 4096)
-        b[i] = (unsigned char)(seed + i / 4096);
-    b[n - 1] = (unsigned char)(seed ^ 0x5a);
-}
-
-static int same(const void *p, size_t n, unsigned seed)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i += 4096)
-        if (b[i] != (unsigned char)(seed + i / 4096))
-            return 0;
-    return b[n - 1] == (unsigned char)(seed ^ 0x5a);
 }
 
 /* shareIpcHandle of ptr: the handle (the caller frees it) and the offset. */
@@ -300,7 +254,7 @@ static void test_ipc_round_trip(void **state)
     open_fx(&a);
     open_fx(&b);
     p = talloc(&a, 3 * MiB, NULL, SHARED);
-    fill(p, 3 * MiB, 7);
+    tpattern_fill(p, 3 * MiB, 7);
     /* A pointer inside the allocation (a storage that starts there): the allocation, with the
      * offset; the storage's own pointer: offset 0, the same bytes. */
     h = export_ok(&a, (char *)p + 8192, &len, &offset);
@@ -315,12 +269,12 @@ static void test_ipc_round_trip(void **state)
     assert_int_equal(pstats(&a).ipc_exports, 2);
 
     q = open_ok(&b, h, len);
-    assert_true(same(q, 3 * MiB, 7));
+    assert_true(tpattern_same(q, 3 * MiB, 7));
     assert_int_equal(((unsigned char *)q)[offset], ((unsigned char *)p)[8192]);
-    fill((char *)q + offset, 4096, 40); /* through the consumer's base + offset */
+    tpattern_fill((char *)q + offset, 4096, 40); /* through the consumer's base + offset */
     assert_int_equal(((unsigned char *)p)[8192], 40);
-    fill(q, 3 * MiB, 9);
-    assert_true(same(p, 3 * MiB, 9));
+    tpattern_fill(q, 3 * MiB, 9);
+    assert_true(tpattern_same(p, 3 * MiB, 9));
     assert_int_equal(pstats(&b).ipc_imports, 1);
     assert_int_equal(pstats(&b).live_allocs, 0); /* imports are not the consumer's memory */
     assert_int_equal(open_now(&b), 1);
@@ -363,7 +317,7 @@ static void test_ipc_lifetime(void **state)
     open_fx(&a);
     open_fx(&b);
     p = talloc(&a, 4 * MiB, NULL, SHARED);
-    fill(p, 4 * MiB, 3);
+    tpattern_fill(p, 4 * MiB, 3);
     h = export_ok(&a, p, &len, &offset);
     q = open_ok(&b, h, len);
     free(h);
@@ -371,9 +325,9 @@ static void test_ipc_lifetime(void **state)
     assert_int_equal(pstats(&a).ipc_shared, 1);
     r = talloc(&a, 4 * MiB, NULL, SHARED);
     assert_ptr_not_equal(r, p);
-    fill(r, 4 * MiB, 11);
+    tpattern_fill(r, 4 * MiB, 11);
     assert_int_equal(vta_empty_cache(&a.d), 0); /* a slow path: p stays put */
-    assert_true(same(q, 4 * MiB, 3));
+    assert_true(tpattern_same(q, 4 * MiB, 3));
     assert_int_equal(vta_free(&a.d, r), VPMM_SUCCESS);
     assert_int_equal(vta_ipc_close(&b.d, q), VPMM_SUCCESS);            /* the consumer is done */
     assert_int_equal(vpmm_trim(a.pool, SIZE_MAX, NULL), VPMM_SUCCESS); /* polls deferred frees */
@@ -411,7 +365,7 @@ static void test_ipc_unshare_at_free(void **state)
     open_fx(&b);
     x = talloc(&a, MiB, NULL, SHARED);
     p = talloc(&a, 4 * MiB, NULL, SHARED);
-    fill(p, 4 * MiB, 5);
+    tpattern_fill(p, 4 * MiB, 5);
     h1 = export_ok(&a, p, &len, &offset);
     h2 = export_ok(&a, p, &len2, &offset); /* the second send */
     assert_int_equal(len2, len);
@@ -421,11 +375,11 @@ static void test_ipc_unshare_at_free(void **state)
     assert_int_equal(exported, 1); /* one allocation, however often sent */
     assert_int_equal(unshares, 0);
     q = open_ok(&b, h1, len); /* the first receive; the second is the consumer's cache hit */
-    assert_true(same(q, 4 * MiB, 5));
-    fill(q, 4 * MiB, 6);
+    assert_true(tpattern_same(q, 4 * MiB, 5));
+    tpattern_fill(q, 4 * MiB, 6);
     assert_int_equal(vta_ipc_close(&b.d, q), VPMM_SUCCESS); /* the consumer is done */
     assert_int_equal(pstats(&a).ipc_shared, 1); /* the absorbed send's share is still counted */
-    assert_true(same(p, 4 * MiB, 6));
+    assert_true(tpattern_same(p, 4 * MiB, 6));
 
     assert_int_equal(vta_free(&a.d, p), VPMM_SUCCESS); /* PyTorch's free, after the consumer */
     assert_int_equal(pstats(&a).ipc_shared, 0);
@@ -484,10 +438,10 @@ static int child_writes(const cross_t *x)
         rc = 77;
     else if (st != VPMM_SUCCESS)
         rc = 2;
-    else if (!same((char *)q + x->offset, 2 * MiB, 31))
+    else if (!tpattern_same((char *)q + x->offset, 2 * MiB, 31))
         rc = 3;
     if (rc == 0) {
-        fill((char *)q + x->offset, 2 * MiB, 33);
+        tpattern_fill((char *)q + x->offset, 2 * MiB, 33);
         rc = vta_ipc_close(&d, q) == VPMM_SUCCESS ? 0 : 4;
     }
     if (rc != 0 && rc != 77)
@@ -512,7 +466,7 @@ static void test_ipc_across_fork(void **state)
     (void)state;
     open_fx(&a);
     p = talloc(&a, 3 * MiB, NULL, SHARED);
-    fill((char *)p + MiB, 2 * MiB, 31);
+    tpattern_fill((char *)p + MiB, 2 * MiB, 31);
     x.h = export_ok(&a, (char *)p + MiB, &x.len, &x.offset);
     assert_int_equal(x.offset, MiB);
     pid = fork();
@@ -527,7 +481,7 @@ static void test_ipc_across_fork(void **state)
         assert_int_equal(vpmm_ipc_unshare(a.pool, p), VPMM_SUCCESS); /* the unopened share */
     } else {
         assert_int_equal(WEXITSTATUS(status), 0);
-        assert_true(same((char *)p + MiB, 2 * MiB, 33)); /* the child's writes */
+        assert_true(tpattern_same((char *)p + MiB, 2 * MiB, 33)); /* the child's writes */
     }
     assert_int_equal(vta_free(&a.d, p), VPMM_SUCCESS);
     assert_int_equal(pstats(&a).ipc_shared, 0);

@@ -25,17 +25,10 @@
 
 #include <cmocka.h>
 
-#include "torch_adapter.h"
+#include "test_torch_adapter_util.h"
 
 #define MiB    ((size_t)1 << 20)
 #define MAXSEG 1024
-
-typedef struct fixture {
-    vpmm_pool_t *pool;
-    vta_device_t d;
-} fixture_t;
-
-static const vta_pool_id_t SHARED = { 0, 0 };
 
 /* A host pool (2 MiB pages, one page per handle, no size classes) as device `device`. */
 static void open_dev(fixture_t *f, size_t max_bytes, int device)
@@ -49,28 +42,6 @@ static void open_dev(fixture_t *f, size_t max_bytes, int device)
     c.small_bytes = 1;
     assert_int_equal(vpmm_pool_create(&c, &f->pool), VPMM_SUCCESS);
     assert_int_equal(vta_device_init(&f->d, f->pool, device), 0);
-}
-
-static void close_fx(fixture_t *f)
-{
-    vta_device_fini(&f->d);
-    assert_int_equal(vpmm_pool_check(f->pool, stderr), 0);
-    assert_int_equal(vpmm_pool_destroy(f->pool), VPMM_SUCCESS);
-}
-
-static void *talloc(fixture_t *f, size_t size, vpmm_stream_t s, vta_pool_id_t id)
-{
-    void *p = NULL;
-    assert_int_equal(vta_malloc(&f->d, size, s, id, &p), VPMM_SUCCESS);
-    assert_non_null(p);
-    return p;
-}
-
-static vpmm_stats_t pstats(fixture_t *f)
-{
-    vpmm_stats_t s;
-    assert_int_equal(vpmm_get_stats(f->pool, &s), VPMM_SUCCESS);
-    return s;
 }
 
 static vpmm_graph_pool_t *graph_pool_of(fixture_t *f, vta_pool_id_t id)

@@ -51,6 +51,28 @@
 
 /* ---- small helpers ------------------------------------------------------------------------- */
 
+int vta_i_grow(void *arr_ptr, size_t *cap, size_t need, size_t elem, size_t first)
+{
+    size_t n = *cap ? *cap : (first ? first : 1);
+    void *old, *p;
+    if (need <= *cap)
+        return 0;
+    if (elem == 0 || n > SIZE_MAX / elem)
+        return -1;
+    while (n < need) {
+        if (n > SIZE_MAX / 2 / elem)
+            return -1;
+        n *= 2;
+    }
+    memcpy(&old, arr_ptr, sizeof old);
+    p = realloc(old, n * elem);
+    if (p == NULL)
+        return -1;
+    memcpy(arr_ptr, &p, sizeof p);
+    *cap = n;
+    return 0;
+}
+
 static int id_eq(vta_pool_id_t a, vta_pool_id_t b)
 {
     return a.first == b.first && a.second == b.second;
@@ -497,15 +519,8 @@ vpmm_status_t vta_external_add(vta_device_t *d, vta_pool_id_t id, void *ptr, siz
     e = entry_of(d, id);
     if (e == NULL || e->gp != NULL || ptr == NULL) {
         st = VPMM_ERROR_INVALID_ARGUMENT;
-    } else if (d->next == d->ext_cap) {
-        size_t cap = d->ext_cap ? d->ext_cap * 2 : 16;
-        vta_external_t *x = realloc(d->ext, cap * sizeof *x);
-        if (x == NULL) {
-            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        } else {
-            d->ext = x;
-            d->ext_cap = cap;
-        }
+    } else if (VTA_GROW(d->ext, d->ext_cap, d->next + 1, 16) != 0) {
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
     if (st == VPMM_SUCCESS) {
         d->ext[d->next++] = (vta_external_t){ ptr, size, stream, id };

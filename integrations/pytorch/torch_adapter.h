@@ -385,6 +385,14 @@ int vta_segments_mode_parse(const char *text, vta_segments_mode_t *out);
 
 /* ---- internal (across the adapter's files) ------------------------------------------------- */
 
+/* Room for `need` elements of `elem` bytes in the array stored at arr_ptr (a pointer to the
+ * caller's T * variable) of capacity *cap: the capacity (`first` when 0) doubled until it holds
+ * need. 0, or -1 with the array and *cap untouched (no host memory, or an overflow). The adapter's
+ * copy of the library's internal vpmm_i_grow (src/ds/array.h): the adapter uses vpmm.h only.
+ * VTA_GROW is the typed call. */
+int vta_i_grow(void *arr_ptr, size_t *cap, size_t need, size_t elem, size_t first);
+#define VTA_GROW(arr, cap, need, first) vta_i_grow(&(arr), &(cap), (need), sizeof *(arr), (first))
+
 /* Forgets ptr as exported: 1 if it was (its free must end its shares), 0 if not. */
 int vta_i_exported_forget(vta_device_t *d, const void *ptr);
 /* Graph pool names (torch_adapter_segments.c; vta_pool_incref / vta_pool_decref): room for one

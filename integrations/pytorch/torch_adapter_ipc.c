@@ -104,15 +104,9 @@ static size_t exported_at(const vta_device_t *d, uintptr_t ptr)
 /* Room for one more entry in d->exported. Under d->lock. */
 static vpmm_status_t exported_room(vta_device_t *d)
 {
-    if (d->nexported == d->exported_cap) {
-        size_t cap = d->exported_cap ? d->exported_cap * 2 : 16;
-        uintptr_t *t = realloc(d->exported, cap * sizeof *t);
-        if (t == NULL)
-            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        d->exported = t;
-        d->exported_cap = cap;
-    }
-    return VPMM_SUCCESS;
+    return VTA_GROW(d->exported, d->exported_cap, d->nexported + 1, 16) != 0
+               ? VPMM_ERROR_HOST_OUT_OF_MEMORY
+               : VPMM_SUCCESS;
 }
 
 /* Adds ptr to d->exported (room made: exported_room), once. Under d->lock. */

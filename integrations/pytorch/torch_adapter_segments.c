@@ -69,16 +69,8 @@ vpmm_status_t vta_i_names_reserve(vta_device_t *d)
 {
     vpmm_status_t st = VPMM_SUCCESS;
     pthread_mutex_lock(&d->seg_lock);
-    if (d->nnames == d->names_cap) {
-        size_t cap = d->names_cap ? d->names_cap * 2 : 8;
-        vta_gp_name_t *t = realloc(d->names, cap * sizeof *t);
-        if (t == NULL) {
-            st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-        } else {
-            d->names = t;
-            d->names_cap = cap;
-        }
-    }
+    if (VTA_GROW(d->names, d->names_cap, d->nnames + 1, 8) != 0)
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
     pthread_mutex_unlock(&d->seg_lock);
     return st;
 }
@@ -201,15 +193,9 @@ typedef struct seg_out {
 /* A new, zeroed segment at the end of o (NULL: no host memory, o->oom set). */
 static vta_segment_t *seg_new(seg_out_t *o)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 16;
-        vta_segment_t *s = realloc(o->segs, cap * sizeof *s);
-        if (s == NULL) {
-            o->oom = 1;
-            return NULL;
-        }
-        o->segs = s;
-        o->cap = cap;
+    if (VTA_GROW(o->segs, o->cap, o->n + 1, 16) != 0) {
+        o->oom = 1;
+        return NULL;
     }
     memset(&o->segs[o->n], 0, sizeof o->segs[o->n]);
     return &o->segs[o->n++];
@@ -379,15 +365,9 @@ typedef struct seg_list {
 static int seg_visit(const vpmm_segment_info_t *s, void *user)
 {
     seg_list_t *l = user;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        vpmm_segment_info_t *t = realloc(l->s, cap * sizeof *t);
-        if (t == NULL) {
-            l->oom = 1;
-            return 1;
-        }
-        l->s = t;
-        l->cap = cap;
+    if (VTA_GROW(l->s, l->cap, l->n + 1, 64) != 0) {
+        l->oom = 1;
+        return 1;
     }
     l->s[l->n++] = *s;
     return 0;
@@ -404,15 +384,9 @@ static int region_visit(const vpmm_region_info_t *r, void *user)
     region_list_t *l = user;
     if (r->state != VPMM_REGION_ALLOCATED && r->state != VPMM_REGION_FREE)
         return 0; /* a live handle holds only allocations and free memory */
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 256;
-        vpmm_region_info_t *t = realloc(l->r, cap * sizeof *t);
-        if (t == NULL) {
-            l->oom = 1;
-            return 1;
-        }
-        l->r = t;
-        l->cap = cap;
+    if (VTA_GROW(l->r, l->cap, l->n + 1, 256) != 0) {
+        l->oom = 1;
+        return 1;
     }
     l->r[l->n++] = *r;
     return 0;
