@@ -11,6 +11,7 @@
 #                   vpmm with VPMM_TORCH_NCCL_ZERO_COPY=1, expandable segments and native: which
 #                   of the eager skewed all-to-all, the captured all-to-all and the captured
 #                   all-reduce pass, fail or hang (60 s each), and NCCL's registration counts
+#                   (PROBE_ALLOCATORS="vpmm;vpmm --zero-copy" runs a subset)
 #     race          PyTorch's test_alltoall_ops_with_cudafree_race and test_tensor_register_hook
 #                   on vpmm (its defaults; TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1); a
 #                   hang (60 s) gets its processes' native stacks dumped with cuda-gdb
@@ -83,7 +84,8 @@ for stage in "${stages[@]}"; do
     note "test_backend NCCLRegistration rc $?: $(grep -E '^(OK|FAILED)|NCCL REG' "$out/registration.log" | tr '\n' ' ')"
     ;;
   probe)
-    for a in "vpmm" "vpmm --zero-copy" "expandable" "native"; do
+    IFS=';' read -r -a allocators <<<"${PROBE_ALLOCATORS:-vpmm;vpmm --zero-copy;expandable;native}"
+    for a in "${allocators[@]}"; do
       # shellcheck disable=SC2086 # $a is the allocator and its flag
       timeout -k 20 300 "$py" "$pkg/suite/nccl_zero_copy_probe.py" --allocator $a \
         --out "$out/probe.jsonl" >>"$out/probe.log" 2>&1

@@ -60,15 +60,17 @@ static void test_stats_follow_allocations(void **state)
     void *small, *large;
     (void)state;
     open_fx(&f, 0);
-    small = talloc(&f, 1000, NULL, SHARED);    /* 1024 handed out, small */
-    large = talloc(&f, 3 * MiB, NULL, SHARED); /* large */
+    small = talloc(&f, 1000, NULL, SHARED);    /* 1024 handed out */
+    large = talloc(&f, 3 * MiB, NULL, SHARED);
     vta_get_stats(&f.d, &st);
     assert_int_equal(st.allocation[VTA_ALL].current, 2);
-    assert_int_equal(st.allocation[VTA_SMALL].current, 1);
-    assert_int_equal(st.allocation[VTA_LARGE].current, 1);
+    /* Both live in vpmm's pages: the large pool, whatever their size (the pool they live in). */
+    assert_int_equal(st.allocation[VTA_SMALL].current, 0);
+    assert_int_equal(st.allocation[VTA_LARGE].current, 2);
     assert_int_equal(st.allocated_bytes[VTA_ALL].current, 1024 + 3 * MiB);
     assert_int_equal(st.requested_bytes[VTA_ALL].current, 1000 + 3 * MiB);
-    assert_int_equal(st.active_bytes[VTA_SMALL].current, 1024);
+    assert_int_equal(st.active_bytes[VTA_LARGE].current, 1024 + 3 * MiB);
+    assert_int_equal(st.active_bytes[VTA_SMALL].current, 0);
     /* Three 2 MiB pages: the small block's own (size classes), two for the large one. */
     assert_int_equal(st.reserved_bytes[VTA_ALL].current, 6 * MiB);
     assert_int_equal(st.segment[VTA_ALL].current, 3);
@@ -80,13 +82,15 @@ static void test_stats_follow_allocations(void **state)
     assert_int_equal(st.allocation[VTA_ALL].peak, 2);
     assert_int_equal(st.allocation[VTA_ALL].allocated, 2);
     assert_int_equal(st.allocation[VTA_ALL].freed, 1);
-    assert_int_equal(st.allocated_bytes[VTA_LARGE].current, 0);
-    assert_int_equal(st.allocated_bytes[VTA_LARGE].peak, 3 * MiB);
+    assert_int_equal(st.allocated_bytes[VTA_LARGE].current, 1024);
+    assert_int_equal(st.allocated_bytes[VTA_LARGE].peak, 1024 + 3 * MiB);
     assert_true(st.inactive_split_bytes[VTA_ALL].current >= (int64_t)(3 * MiB));
+    assert_int_equal(st.inactive_split_bytes[VTA_LARGE].current,
+                     st.inactive_split_bytes[VTA_ALL].current);
     /* Peaks go back to the current values; accumulated counts to 0. */
     vta_reset_peak(&f.d);
     vta_get_stats(&f.d, &st);
-    assert_int_equal(st.allocated_bytes[VTA_LARGE].peak, 0);
+    assert_int_equal(st.allocated_bytes[VTA_LARGE].peak, 1024);
     assert_int_equal(st.allocation[VTA_ALL].peak, 1);
     vta_reset_accumulated(&f.d);
     vta_get_stats(&f.d, &st);
@@ -99,6 +103,15 @@ static void test_stats_follow_allocations(void **state)
     assert_int_equal(st.reserved_bytes[VTA_ALL].current, 2 * MiB);
     assert_int_equal(st.reserved_bytes[VTA_ALL].freed, 4 * MiB);
     assert_int_equal(st.num_device_free, 2);
+    /* emptyCache's synchronisation of the device, counted once per call; an accumulated count. */
+    assert_int_equal(st.num_sync_all_streams, 0);
+    vta_note_sync_all(&f.d);
+    vta_note_sync_all(&f.d);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_sync_all_streams, 2);
+    vta_reset_accumulated(&f.d);
+    vta_get_stats(&f.d, &st);
+    assert_int_equal(st.num_sync_all_streams, 0);
     /* A pointer vpmm does not know: refused, nothing counted. */
     assert_int_equal(vta_free(&f.d, (void *)0x1000), VPMM_ERROR_FOREIGN_POINTER);
     assert_int_equal(vta_free(&f.d, (char *)small + 256), VPMM_ERROR_INTERIOR_POINTER);
@@ -374,6 +387,131 @@ static void test_snapshot(void **state)
     assert_int_equal(vta_snapshot(&f.d, SHARED, 1, &segs, &n), VPMM_SUCCESS);
     assert_int_equal(n, 0);
     vta_snapshot_free(segs, n);
+    close_fx(&f);
+}
+
+/* PyTorch's rule for a snapshot (test_cuda_multigpu.py's _check_memory_stat_consistency): the
+ * segments of snapshot() add up, pool type by pool type, to memory_stats()' current values —
+ * allocated, reserved, active and requested bytes, allocations and active blocks; segments and
+ * inactive split blocks only for segments that are not expandable. Checked on the runs snapshot
+ * (the default) against vta_get_stats, after each step. */
+static void check_snapshot_adds_up(fixture_t *f)
+{
+    enum { ALLOC_B, RESERVED_B, ACTIVE_B, REQUESTED_B, ALLOCS, ACTIVE, SEGS, SPLIT, SPLIT_B, NK };
+    int64_t want[NK][VTA_NTYPES] = { { 0 } };
+    int seen_seg[VTA_NTYPES] = { 0 }, seen_split[VTA_NTYPES] = { 0 };
+    vta_segment_t *segs;
+    vta_stats_t st;
+    size_t n;
+    assert_int_equal(vta_snapshot(&f->d, SHARED, 1, &segs, &n), VPMM_SUCCESS);
+    for (size_t i = 0; i < n; i++) {
+        const vta_segment_t *g = &segs[i];
+        const int types[2] = { VTA_ALL, g->type };
+        size_t requested = 0;
+        assert_true(g->type == VTA_LARGE || (g->type == VTA_SMALL && !g->expandable));
+        for (int k = 0; k < 2; k++) {
+            const int t = types[k];
+            want[ALLOC_B][t] += (int64_t)g->allocated_size;
+            want[RESERVED_B][t] += (int64_t)g->total_size;
+            want[ACTIVE_B][t] += (int64_t)g->allocated_size; /* SegmentInfo.active_size */
+            want[REQUESTED_B][t] += (int64_t)g->requested_size;
+            if (!g->expandable) {
+                want[SEGS][t]++;
+                seen_seg[t] = 1;
+            }
+            for (size_t j = 0; j < g->nblocks; j++) {
+                const vta_block_t *b = &g->blocks[j];
+                want[ALLOCS][t] += b->allocated && !b->continued;
+                want[ACTIVE][t] += b->allocated;
+                if (!b->allocated && g->nblocks > 1 && !g->expandable) {
+                    want[SPLIT][t]++;
+                    want[SPLIT_B][t] += (int64_t)b->size;
+                    seen_split[t] = 1;
+                }
+            }
+        }
+        for (size_t j = 0; j < g->nblocks; j++)
+            requested += g->blocks[j].requested_size;
+        assert_int_equal(requested, g->requested_size);
+    }
+    vta_snapshot_free(segs, n);
+    vta_get_stats(&f->d, &st);
+    for (int t = 0; t < VTA_NTYPES; t++) {
+        assert_int_equal(want[ALLOC_B][t], st.allocated_bytes[t].current);
+        assert_int_equal(want[RESERVED_B][t], st.reserved_bytes[t].current);
+        assert_int_equal(want[ACTIVE_B][t], st.active_bytes[t].current);
+        assert_int_equal(want[REQUESTED_B][t], st.requested_bytes[t].current);
+        assert_int_equal(want[ALLOCS][t], st.allocation[t].current);
+        assert_int_equal(want[ACTIVE][t], st.active[t].current);
+        /* Segments that are not expandable are external allocations' only; PyTorch's test
+         * compares the count where it has one, so vpmm's handles must not be in the way. */
+        if (seen_seg[t] && t == VTA_SMALL)
+            assert_int_equal(want[SEGS][t], st.segment[t].current);
+        if (seen_split[t]) {
+            assert_int_equal(want[SPLIT][t], st.inactive_split[t].current);
+            assert_int_equal(want[SPLIT_B][t], st.inactive_split_bytes[t].current);
+        }
+    }
+}
+
+/* A seeded mix of small and large allocations on two streams, a graph pool's, a pool with its
+ * own allocator's small and large blocks, frees in random order and emptyCache: after every
+ * step the snapshot adds up to the statistics (the check test_cuda_multigpu.py's test_memory_stats
+ * makes after each step of its own sequence). */
+static void test_snapshot_adds_up_to_stats(void **state)
+{
+    enum { LIVE = 48, STEPS = 600 };
+    const vta_pool_id_t tree = { 0, 11 }, own = { 0, 12 };
+    fixture_t f;
+    void *live[LIVE] = { NULL };
+    int is_ext[LIVE] = { 0 };
+    unsigned rng = 12345;
+    uintptr_t next_ext = (uintptr_t)0x7f0000000000;
+    (void)state;
+    open_fx(&f, 0);
+    assert_int_equal(vta_pool_incref(&f.d, tree), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_incref_external(&f.d, own), VPMM_SUCCESS);
+    check_snapshot_adds_up(&f);
+    for (int step = 0; step < STEPS; step++) {
+        const unsigned slot = (rng = rng * 1103515245u + 12345u) >> 8 & (LIVE - 1);
+        const unsigned r = (rng = rng * 1103515245u + 12345u) >> 8;
+        if (live[slot] != NULL) {
+            size_t size;
+            if (is_ext[slot])
+                assert_int_equal(vta_external_remove(&f.d, live[slot], &size), 1);
+            else
+                assert_int_equal(vta_free(&f.d, live[slot]), VPMM_SUCCESS);
+            live[slot] = NULL;
+        } else {
+            /* 1 B .. 64 KiB, up to 1 MiB, or up to 9 MiB; 1 in 8 external, 1 in 4 the tree's */
+            const size_t cap = r % 3 == 0 ? 64 * KiB : r % 3 == 1 ? MiB : 9 * MiB;
+            const size_t size = 1 + (r >> 4) % cap;
+            vpmm_stream_t s = (vpmm_stream_t)(uintptr_t)(r & 16 ? 0x6100 : 0x6200);
+            is_ext[slot] = (r & 0xe0) == 0;
+            if (is_ext[slot]) {
+                live[slot] = (void *)next_ext;
+                next_ext += 16 * MiB;
+                assert_int_equal(vta_external_add(&f.d, own, live[slot], size, s), VPMM_SUCCESS);
+            } else {
+                live[slot] = talloc(&f, size, s, (r & 0x300) == 0 ? tree : SHARED);
+            }
+        }
+        if (step % 97 == 96)
+            (void)vta_empty_cache(&f.d);
+        check_snapshot_adds_up(&f);
+    }
+    for (unsigned i = 0; i < LIVE; i++) {
+        size_t size;
+        if (live[i] != NULL && is_ext[i])
+            assert_int_equal(vta_external_remove(&f.d, live[i], &size), 1);
+        else if (live[i] != NULL)
+            assert_int_equal(vta_free(&f.d, live[i]), VPMM_SUCCESS);
+    }
+    check_snapshot_adds_up(&f);
+    assert_int_equal(vta_pool_decref(&f.d, own), VPMM_SUCCESS);
+    assert_int_equal(vta_pool_decref(&f.d, tree), VPMM_SUCCESS);
+    (void)vta_empty_cache(&f.d);
+    check_snapshot_adds_up(&f);
     close_fx(&f);
 }
 
@@ -712,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_pool_ids),
         cmocka_unit_test(test_checkpoint_delta),
         cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_snapshot_adds_up_to_stats),
         cmocka_unit_test(test_external_pool),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_device_table_owner),

@@ -2,10 +2,13 @@
  * torch_adapter.c — vpmm as PyTorch's CUDAAllocator, the C half (contracts in torch_adapter.h).
  *
  * Statistics (vta_stats_t, PyTorch's DeviceStats). Kept here for what passes through this file,
- * read from vpmm for what only the pool knows:
+ * read from vpmm for what only the pool knows. The pool type of a block is the pool it lives in,
+ * as PyTorch's: every block of vpmm lives in its pages, of one size, so all are "large" (the
+ * small-pool arrays hold only pools with their own allocator), and a snapshot's segments add up
+ * to these figures type by type (PyTorch's _check_memory_stat_consistency):
  *   allocation, allocated_bytes, requested_bytes   each malloc / free: the count, the size vpmm
  *                                                  hands out (rounded to VPMM_ALIGNMENT), the
- *                                                  size asked for; small (<= 1 MiB) or large
+ *                                                  size asked for
  *   active, active_bytes                           the same (a block freed while another stream
  *                                                  uses it is vpmm's deferred free: not counted)
  *   reserved_bytes                                 vpmm's mapped bytes (all "large": vpmm has one
@@ -17,7 +20,10 @@
  *   num_device_alloc / num_device_free             handles created / released
  *   num_alloc_retries                              out-of-memory failures retried after PyTorch's
  *                                                  free-memory callbacks freed something
- *   num_sync_all_streams                           0: vpmm never synchronises all streams
+ *   num_sync_all_streams                           emptyCache's device synchronisations
+ *                                                  (vta_note_sync_all), as the native
+ *                                                  allocator counts its waits on every
+ *                                                  pending block's events there
  *   max_split_size                                 -1 (PyTorch's "unset"); oversize_*: 0
  * A MemPool with its own allocator (vta_pool_incref_external): its allocations come from that
  * allocator (the C++ layer calls it), never from vpmm; each counts as an allocation and as a
@@ -110,20 +116,27 @@ static size_t rounded(size_t size)
     return (size + VPMM_ALIGNMENT - 1) / VPMM_ALIGNMENT * VPMM_ALIGNMENT;
 }
 
-/* Counts one allocation of `size` (asked) coming (sign +1) or going (-1). Under d->lock. */
-static void count_alloc(vta_device_t *d, size_t size, int sign)
+/* Counts one allocation of `size` bytes asked, `handed` handed out, coming (sign +1) or going
+ * (-1), in the pool type `type`. Under d->lock. */
+static void count_block(vta_device_t *d, size_t size, size_t handed, int sign, int type)
 {
-    const size_t r = rounded(size);
-    const int types[2] = { VTA_ALL, r <= VTA_SMALL_SIZE ? VTA_SMALL : VTA_LARGE };
+    const int types[2] = { VTA_ALL, type };
     vta_stats_t *s = &d->stats;
     for (int i = 0; i < 2; i++) {
         void (*f)(vta_stat_t *, int64_t) = sign > 0 ? stat_increase : stat_decrease;
         f(&s->allocation[types[i]], 1);
         f(&s->active[types[i]], 1);
-        f(&s->allocated_bytes[types[i]], (int64_t)r);
-        f(&s->active_bytes[types[i]], (int64_t)r);
+        f(&s->allocated_bytes[types[i]], (int64_t)handed);
+        f(&s->active_bytes[types[i]], (int64_t)handed);
         f(&s->requested_bytes[types[i]], (int64_t)size);
     }
+}
+
+/* vpmm's own allocation of `size` (asked): VPMM_ALIGNMENT-rounded, in the large pool (see
+ * "Statistics"). Under d->lock. */
+static void count_alloc(vta_device_t *d, size_t size, int sign)
+{
+    count_block(d, size, rounded(size), sign, VTA_LARGE);
 }
 
 static vta_pool_entry_t *entry_of(vta_device_t *d, vta_pool_id_t id)
@@ -497,8 +510,8 @@ int vta_pool_is_external(vta_device_t *d, vta_pool_id_t id)
  * pool whose every segment came from that allocator. Under d->lock. */
 static void count_external(vta_device_t *d, size_t size, int sign)
 {
-    const int types[2] = { VTA_ALL, rounded(size) <= VTA_SMALL_SIZE ? VTA_SMALL : VTA_LARGE };
-    count_alloc(d, size, sign);
+    const int types[2] = { VTA_ALL, VTA_EXTERNAL_TYPE(size) };
+    count_block(d, size, size, sign, types[1]); /* the block is what its allocator gave */
     for (int i = 0; i < 2; i++) {
         void (*f)(vta_stat_t *, int64_t) = sign > 0 ? stat_increase : stat_decrease;
         f(&d->ext_reserved[types[i]], (int64_t)size);
@@ -763,11 +776,10 @@ static int free_visit(const vpmm_region_info_t *r, void *user)
 {
     free_walk_t *w = user;
     if (r->state == VPMM_REGION_FREE) {
-        const int t = r->size <= VTA_SMALL_SIZE ? VTA_SMALL : VTA_LARGE;
         w->n[VTA_ALL]++;
-        w->n[t]++;
+        w->n[VTA_LARGE]++; /* in vpmm's pages: large, as the blocks around it */
         w->bytes[VTA_ALL] += (int64_t)r->size;
-        w->bytes[t] += (int64_t)r->size;
+        w->bytes[VTA_LARGE] += (int64_t)r->size;
     }
     return 0;
 }
@@ -854,6 +866,13 @@ void vta_reset_accumulated(vta_device_t *d)
         d->base_created = s.pages_created;
         d->base_released = s.pages_released;
     }
+    pthread_mutex_unlock(&d->lock);
+}
+
+void vta_note_sync_all(vta_device_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    d->stats.num_sync_all_streams++;
     pthread_mutex_unlock(&d->lock);
 }
 

@@ -49,6 +49,12 @@ typedef struct vta_stat {
 } vta_stat_t;
 enum { VTA_ALL = 0, VTA_SMALL = 1, VTA_LARGE = 2, VTA_NTYPES = 3 };
 #define VTA_SMALL_SIZE ((size_t)1 << 20) /* PyTorch's kSmallSize: a block this size or less */
+/* The pool type of a block of a pool with its own allocator (size asked): PyTorch's small pool
+ * for at most VTA_SMALL_SIZE once rounded to VPMM_ALIGNMENT, as the native allocator types it.
+ * vpmm's own blocks are all "large": they live in its pages, of one size. */
+#define VTA_EXTERNAL_TYPE(size)                                                                 \
+    (((size) + VPMM_ALIGNMENT - 1) / VPMM_ALIGNMENT * VPMM_ALIGNMENT <= VTA_SMALL_SIZE ? VTA_SMALL \
+                                                                                        : VTA_LARGE)
 
 /* c10::CachingDeviceAllocator::DeviceStats, field for field. How vpmm fills each is in
  * torch_adapter.c ("Statistics"). */
@@ -325,6 +331,9 @@ void vta_reset_peak(vta_device_t *d);
 void vta_reset_accumulated(vta_device_t *d);
 /* emptyCache: gives every free page back (vpmm_trim); the bytes given back. */
 size_t vta_empty_cache(vta_device_t *d);
+/* emptyCache synchronised the device before its trim (so that blocks whose stream work was
+ * pending go back too): counted in num_sync_all_streams, one per call and device, as native. */
+void vta_note_sync_all(vta_device_t *d);
 /* cacheInfo: the largest free span. */
 size_t vta_largest_free(vta_device_t *d);
 
@@ -351,6 +360,12 @@ typedef struct vta_segment {
     vta_pool_id_t pool;
     vta_block_t *blocks;
     size_t nblocks;
+    int type;       /* VTA_LARGE, or VTA_SMALL (an external allocation: VTA_EXTERNAL_TYPE) */
+    int expandable; /* SegmentInfo.is_expandable. 1: a run of vta_snapshot, mapped page by page
+                       as PyTorch's expandable segments are, so PyTorch reads it as they are read:
+                       the segment statistic counts vpmm's physical handles, not runs, and a run's
+                       free regions are not "inactive split" blocks. 0: a physical handle of
+                       vta_snapshot_handles (a unit NCCL registers), an external allocation. */
 } vta_segment_t;
 
 /* snapshot(id): every segment (id {0,0} and all = 1), or only id's graph pool's (all = 0).

@@ -6,7 +6,9 @@
  *
  *   runs     runs of mapped regions of one VA chunk, one pool and one stream, cut by holes and
  *            zombies; the blocks are the regions, so each allocation is one block (what
- *            PyTorch's memory tools and tests expect of a snapshot)
+ *            PyTorch's memory tools and tests expect of a snapshot); each run marked expandable,
+ *            as PyTorch's own VMM segments are (vta_segment_t.expandable: the statistics'
+ *            segments are handles, so a run is not one of them)
  *   handles  vpmm's segments (vpmm_pool_walk_segments): each physical handle at its live address,
  *            exactly what the events have reported, so that a communicator created now registers
  *            what later events deregister; the blocks are the regions clipped to the handle
@@ -228,6 +230,7 @@ static void add_external_segments(vta_device_t *d, vta_pool_id_t id, int all, se
         g->total_size = g->allocated_size = g->requested_size = x->size;
         g->stream = x->stream;
         g->pool = x->pool;
+        g->type = VTA_EXTERNAL_TYPE(x->size);
         if (block_add(g, (vta_block_t){ (uintptr_t)x->ptr, x->size, x->size, 1, 0 }) != 0)
             o->oom = 1;
     }
@@ -288,6 +291,8 @@ static int run_visit(const vpmm_region_info_t *r, void *user)
         if (g == NULL)
             return 1;
         g->address = r->addr;
+        g->type = VTA_LARGE;
+        g->expandable = 1;
         for (size_t i = 0; i < w->nmap; i++)
             if (w->map[i].gp == r->pool)
                 g->pool = w->map[i].id;
@@ -419,6 +424,7 @@ static int handle_segment(seg_out_t *o, const vpmm_segment_info_t *s, const regi
     g->address = s->addr;
     g->total_size = s->size;
     g->pool = pool;
+    g->type = VTA_LARGE;
     while (*j < rl->n && rl->r[*j].addr + rl->r[*j].size <= s->addr)
         (*j)++;
     for (size_t k = *j; k < rl->n && rl->r[k].addr < end; k++) {

@@ -85,7 +85,8 @@ inline c10::CachingDeviceAllocator::SegmentInfo segment_info(const vta_segment_t
     seg.allocated_size = g.allocated_size;
     seg.active_size = g.allocated_size;
     seg.stream = g.stream;
-    seg.is_large = true;
+    seg.is_large = g.type != VTA_SMALL;
+    seg.is_expandable = g.expandable != 0;
     seg.owner_private_pool_id = c10::MempoolId_t{ g.pool.first, g.pool.second };
     for (size_t b = 0; b < g.nblocks; b++) {
         c10::CachingDeviceAllocator::BlockInfo block;

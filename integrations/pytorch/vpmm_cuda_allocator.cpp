@@ -381,6 +381,7 @@ class VpmmAllocator : public CUDAAllocator
             if (d->nroutes.load(std::memory_order_acquire) == 0) {
                 c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(i));
                 C10_CUDA_CHECK(cudaDeviceSynchronize());
+                vta_note_sync_all(&d->vta);
             }
             (void)vta_empty_cache(&d->vta);
         }

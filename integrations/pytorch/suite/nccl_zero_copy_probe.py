@@ -211,12 +211,15 @@ def scenario_env(args, scenario, logdir):
 
 
 def count_log(logdir):
-    counts = {"registered": 0, "ipc_registered": 0, "ipc_reused": 0, "ipc_failed": 0}
+    counts = {"registered": 0, "skipped": 0, "ipc_registered": 0, "ipc_reused": 0,
+              "ipc_failed": 0}
     for name in sorted(os.listdir(logdir)):
         with open(os.path.join(logdir, name), errors="replace") as f:
             for line in f:
                 if "register comm" in line and " buffer " in line:
                     counts["registered"] += 1
+                elif "Skipping registration for buffer" in line:  # NCCL_LOCAL_REGISTER=0
+                    counts["skipped"] += 1
                 elif "IPC register buffer" in line:
                     counts["ipc_registered"] += 1
                 elif "IPC reuse buffer" in line:
@@ -303,11 +306,11 @@ def main(argv=None):
                 f.write(line + "\n")
     label = args.allocator + (" (zero copy)" if args.allocator == "vpmm" and args.zero_copy
                               else "")
-    print("\n| allocator | scenario | result | s | registered | IPC registered | IPC reused "
-          "| IPC failed |\n|---|---|---|---|---|---|---|---|")
+    print("\n| allocator | scenario | result | s | registered | skipped | IPC registered "
+          "| IPC reused | IPC failed |\n|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %s | %s | %.1f | %d | %d | %d | %d |" % (
-            label, r["scenario"], r["status"], r["seconds"], r["registered"],
+        print("| %s | %s | %s | %.1f | %d | %d | %d | %d | %d |" % (
+            label, r["scenario"], r["status"], r["seconds"], r["registered"], r["skipped"],
             r["ipc_registered"], r["ipc_reused"], r["ipc_failed"]))
     return 0 if all(r["status"] == "pass" for r in rows) else 1
 
