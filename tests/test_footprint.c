@@ -89,6 +89,16 @@ static void test_llama_generate(void **state)
     assert_true(replay_footprint("llama_generate") <= 1.03);
 }
 
+/* FSDP2 on 2 GPUs (bench/torch_multigpu.py fsdp2, rank 0's pool; 3 streams): 1.1527 measured,
+ * guarded there. Expandable segments held 1.125 in the live program and vpmm 0.7-3.3 % more
+ * (bench/RESULTS.md, "Repeated on 2 x H200"): the placement issue 20 is to fix, which will lower
+ * this guard. */
+static void test_fsdp2_train(void **state)
+{
+    (void)state;
+    assert_true(replay_footprint("fsdp2_train") <= 1.16);
+}
+
 /* Regression guards at the measured values (+ a little): these scenarios are harder. */
 static void test_synthetic(void **state)
 {
@@ -103,6 +113,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_train),     cmocka_unit_test(test_bert_infer),
         cmocka_unit_test(test_llama_t5_train), cmocka_unit_test(test_llama_generate),
+        cmocka_unit_test(test_fsdp2_train),
         cmocka_unit_test(test_synthetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -117,7 +117,7 @@ for alloc in vpmm native; do
     reg=(TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG
       NCCL_DEBUG_FILE="$tmp/nccl-$alloc-%h-%p.txt")
     pytest_run "$alloc" ops "$tests/test_c10d_ops_nccl.py" 150 "${reg[@]}"
-    pytest_run "$alloc" c10d "$tests/test_c10d_nccl_extract.py" 240 "${reg[@]}"
+    pytest_run "$alloc" c10d "$tests/test_c10d_nccl_extract.py" 360 "${reg[@]}"
   ) >"$tmp/nccl-runs-$alloc.txt" 2>&1 &
 done
 wait
