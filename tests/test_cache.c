@@ -1,8 +1,8 @@
 /*
  * test_cache.c — cache.c: a freed block goes to its stream's exact-size cache and comes back to
  * the next malloc of that size on that stream; other streams never see it; the cap on cached
- * bytes and every slow path flush it back into coalesced free memory; a retired stream keeps no
- * cache; VPMM_CACHE_PERCENT=0 turns it off. Invariants are checked after every operation.
+ * bytes, every slow path and a miss on a stream whose cache holds 1% of the mapped bytes flush it
+ * back into coalesced free memory; a retired stream keeps no cache; VPMM_CACHE_PERCENT=0 turns it off. Invariants are checked after every operation.
  */
 #include "test_util.h"
 
@@ -107,6 +107,47 @@ static void test_cap_flushes(void **state)
     tpool_close(&t);
 }
 
+/* A miss (a size the stream's cache lacks) flushes that stream's cache once it holds 1% of the
+ * mapped bytes: the old sizes coalesce and serve the new one in their place. Below 1%, and on
+ * other streams, the cache stays. */
+static void test_miss_flushes_a_stale_cache(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .cache_percent = 100 };
+    vpmm_stream_t s2 = (vpmm_stream_t)(uintptr_t)0x5200;
+    void *big, *a, *b, *c, *d, *other, *m, *n;
+    (void)state;
+    tpool_open(&t, &prm);
+    big = tmalloc(t.pool, 64 * MiB, NULL); /* mapped >= 64 MiB: the stale mark is >= 640 KiB */
+    a = tmalloc(t.pool, 256 * KiB, NULL);
+    b = tmalloc(t.pool, 256 * KiB, NULL);
+    c = tmalloc(t.pool, 256 * KiB, NULL);
+    d = tmalloc(t.pool, 256 * KiB, NULL);
+    other = tmalloc(t.pool, 256 * KiB, s2);
+    assert_true(t.pool->cache_stale >= 640 * KiB && t.pool->cache_stale < 768 * KiB);
+    tfree(t.pool, other); /* cached on s2 */
+    tfree(t.pool, a);
+    /* 256 KiB cached, under the mark: a miss leaves it. */
+    m = tmalloc(t.pool, 512 * KiB, NULL);
+    assert_int_equal(strm(&t, NULL)->cached_bytes, 256 * KiB);
+    tfree(t.pool, b);
+    tfree(t.pool, c);
+    assert_int_equal(strm(&t, NULL)->cached_bytes, 768 * KiB);
+    /* 768 KiB cached: the next miss flushes it, and a, b, c, coalesced, serve the new size. */
+    n = tmalloc(t.pool, 384 * KiB, NULL);
+    assert_int_equal(strm(&t, NULL)->cached_bytes, 0);
+    assert_ptr_equal(n, a);
+    assert_int_equal(strm(&t, s2)->cached_bytes, 256 * KiB); /* another stream's: kept */
+    /* A hit never flushes. */
+    tfree(t.pool, d);
+    tfree(t.pool, n);
+    assert_ptr_equal(tmalloc(t.pool, 256 * KiB, NULL), d);
+    tfree(t.pool, d);
+    tfree(t.pool, m);
+    tfree(t.pool, big);
+    tpool_close(&t);
+}
+
 static void test_disabled(void **state)
 {
     tpool_t t;
@@ -173,6 +214,7 @@ int main(void)
         cmocka_unit_test(test_other_stream_never_takes_it),
         cmocka_unit_test(test_slow_path_flushes),
         cmocka_unit_test(test_cap_flushes),
+        cmocka_unit_test(test_miss_flushes_a_stale_cache),
         cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_retire_flushes),
         cmocka_unit_test(test_markers_through_the_cache),

@@ -10,10 +10,15 @@
  * its pending regions); other streams never see it until a flush.
  *
  * The price is that cached regions are not coalesced, and the tree path cannot place other sizes
- * in them. Two rules keep that from costing memory: every slow-path malloc flushes every cache
- * first (growth, defragmentation and other streams always see fully coalesced memory), and the
- * bytes held in caches never exceed opt.cache_percent of the mapped bytes (past it, the freeing
- * stream's cache is flushed). Measured on the traces: see bench/RESULTS.md.
+ * in them. Three rules keep that from costing memory: every slow-path malloc flushes every cache
+ * first (growth, defragmentation and other streams always see fully coalesced memory); the bytes
+ * held in caches never exceed opt.cache_percent of the mapped bytes (past it, the freeing
+ * stream's cache is flushed); and a malloc that misses its stream's cache flushes that cache
+ * when it holds 1% of the mapped bytes or more. A miss means the program asks for a size it has
+ * not freed lately — its shapes changed (a new sequence length, a new batch) — and a cache that
+ * large then mostly holds the old shapes' blocks: left there, they keep their places while the
+ * new sizes cut up the rest, and the next slow path finds the pages fragmented. Measured on the
+ * traces (docs/ALGORITHM.md, "The exact-size cache"; bench/RESULTS.md).
  *
  * Bookkeeping: a cached region is FREE with cached = 1, linked through qnext; it counts in
  * free_bytes, its stream's refs and cached_bytes, and the pool's cached_bytes, and it is in no
@@ -116,8 +121,15 @@ void vpmm_i_cache_flush_all(vpmm_pool_t *p)
             vpmm_i_cache_flush(p, s);
 }
 
+void vpmm_i_cache_missed(vpmm_pool_t *p, vpmm_strm_t *s)
+{
+    if (s->cached_bytes != 0 && s->cached_bytes >= p->cache_stale)
+        vpmm_i_cache_flush(p, s);
+}
+
 void vpmm_i_cache_limit_update(vpmm_pool_t *p)
 {
     size_t m = p->c.mapped_bytes, pct = p->opt.cache_percent;
     p->cache_limit = m / 100 * pct + m % 100 * pct / 100; /* exact, and no overflow */
+    p->cache_stale = m / 100;
 }

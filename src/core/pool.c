@@ -383,6 +383,7 @@ vpmm_status_t vpmm_i_malloc_shared(vpmm_pool_t *pool, const char *fn, vpmm_strea
         vpmm_i_make_allocated(pool, r, s,
                               size); /* the hot path: an exact-size block of this stream */
     } else {
+        vpmm_i_cache_missed(pool, s);
         r = vpmm_i_fit_nowait(pool, s, rsize);
         if (VPMM_UNLIKELY(r == NULL)) {
             st = malloc_slow(pool, s, rsize, &r, pre);

@@ -283,6 +283,8 @@ struct vpmm_pool {
     size_t grow_req;            /* pages of the request behind the last growth */
     uint64_t grow_frees_mark;   /* c.frees at the last growth */
     size_t cache_limit;         /* cached_bytes may not exceed it: opt.cache_percent of mapped */
+    size_t cache_stale;         /* a stream's cache this large is flushed at its next miss: 1% of
+                                   mapped (cache.c) */
     vpmm_oom_cause_t oom_cause; /* what refused the malloc being reported (report.c) */
     vpmm_record_t *record;      /* the trace being recorded (record.c), or NULL */
     char oom_report[1536];      /* the last out-of-memory report (report.c) */
@@ -544,7 +546,10 @@ vpmm_region_t *vpmm_i_cache_take(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
 /* Returns a stream's (every stream's) cached regions to the ordinary free states, coalesced. */
 void vpmm_i_cache_flush(vpmm_pool_t *p, vpmm_strm_t *s);
 void vpmm_i_cache_flush_all(vpmm_pool_t *p);
-/* Recomputes cache_limit after mapped_bytes changed. */
+/* A malloc on s found no block of its size in s's cache: flushes that cache if it holds at least
+ * cache_stale bytes (its sizes are presumed stale: the program's shapes changed). */
+void vpmm_i_cache_missed(vpmm_pool_t *p, vpmm_strm_t *s);
+/* Recomputes cache_limit and cache_stale after mapped_bytes changed. */
 void vpmm_i_cache_limit_update(vpmm_pool_t *p);
 
 /* ---- physical pages and mappings (pages.c) ------------------------------------------------- */
