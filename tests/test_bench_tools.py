@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test_bench_tools.py — the bench tools end to end, as a user runs them (host backend, no GPU).
 
-  test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT [VPMM_SOAK]
+  test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT VPMM_NEARFULL [VPMM_SOAK]
 
 --version and --help on every tool (the project's version, from CMakeLists.txt); a trace named
 `we"ird` or `a<b&c` leaves the JSON and the SVG well-formed; a truncated .gz and a negative size
@@ -203,6 +203,8 @@ class BenchTools(unittest.TestCase):
                 ("growth", ["--gib", "-8"], "--gib: '-8'"),
                 ("checkpoint", ["--reps", "-1"], "--reps: '-1'"),
                 ("checkpoint", ["--regions", "1,x"], "--regions: '1,x'"),
+                ("nearfull", ["--device-gib", "0"], "--device-gib: '0' is not an integer in"),
+                ("nearfull", ["--large-percent", "101"], "--large-percent: '101'"),
                 ("soak", ["--threads", "0"], "--threads: '0' is not an integer in 1..64"),
                 ("soak", ["--seconds", "-1"], "--seconds: '-1'")):
             if tool not in TOOLS:
@@ -286,6 +288,21 @@ class BenchTools(unittest.TestCase):
         rows = [json.loads(l) for l in r.stdout.splitlines()]
         self.assertEqual(rows[0]["backend"], "vpmm/host")
         self.assertEqual(rows[-1]["bench"], "checkpoint-tree")
+
+    def test_nearfull(self):
+        # A 1 GiB device filled by mostly small blocks: refusals happen, none against the rule.
+        r = run("nearfull", "--device-gib", "1", "--large-percent", "1", "--ops", "40000",
+                "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        row = json.loads(r.stdout)
+        self.assertGreater(row["ooms"], 0)
+        self.assertEqual(row["violations"], 0)
+        self.assertEqual(row["violations_movable"], 0)
+        self.assertGreater(row["peak_mapped_bytes"], 0.9 * (1 << 30))
+        # A graph pool as large as the device: a usage error.
+        r = run("nearfull", "--device-gib", "1", "--graph-gib", "1")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--graph-gib must be less", r.stderr)
 
 
 
@@ -692,10 +709,11 @@ class MultiGpuScripts(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    names = ("replay", "growth", "checkpoint", "soak")
+    names = ("replay", "growth", "checkpoint", "nearfull", "soak")
     while len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
         path = sys.argv.pop(1)
         TOOLS[names[len(TOOLS)]] = path
-    if len(TOOLS) < 3:
-        sys.exit("usage: test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT [VPMM_SOAK]")
+    if len(TOOLS) < 4:
+        sys.exit("usage: test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT "
+                 "VPMM_NEARFULL [VPMM_SOAK]")
     unittest.main()

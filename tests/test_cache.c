@@ -2,7 +2,8 @@
  * test_cache.c — cache.c: a freed block goes to its stream's exact-size cache and comes back to
  * the next malloc of that size on that stream; other streams never see it; the cap on cached
  * bytes, every slow path and a miss on a stream whose cache holds 1% of the mapped bytes flush it
- * back into coalesced free memory; a retired stream keeps no cache; VPMM_CACHE_PERCENT=0 turns it off. Invariants are checked after every operation.
+ * back into coalesced free memory; a retired stream keeps no cache; VPMM_CACHE_PERCENT=0 turns it
+ * off. Invariants are checked after every operation.
  */
 #include "test_util.h"
 

@@ -2,7 +2,9 @@
  * test_defrag.c — defrag.c: executing phase-2 plans (pages land where the plan says, harvested
  * runs become zombies at their old address), zombie reclaim (only once their marker completes;
  * all of them in one pass, also when a reclaimed zombie's hole absorbs its neighbour; partial
- * progress when an unmap fails), and the undo of a new VA chunk when a later step fails.
+ * progress when an unmap fails), the undo of a new VA chunk when a later step fails, and the
+ * near-full rule's two steps: a free handle larger than what is left moved whole, and a page cut
+ * by a boundary between ready and pending memory joined.
  */
 #include "test_util.h"
 
@@ -421,6 +423,97 @@ static void test_harvest_whole_handles_only(void **state)
     tpool_close(&t);
 }
 
+/* Writes a byte at both ends of [p, p + size) and reads them back (the span is mapped). */
+static void touch_ends(void *p, size_t size)
+{
+    volatile unsigned char *c = p;
+    c[0] = 0x5a;
+    c[size - 1] = 0xa5;
+    assert_int_equal(c[0], 0x5a);
+    assert_int_equal(c[size - 1], 0xa5);
+}
+
+/*
+ * The near-full rule, a handle larger than what is left to gather: the device is full, the free
+ * memory is a fully free 1 GiB handle and 301 scattered single pages (300 blocks' and the small
+ * blocks' page), and 600 pages are asked. The harvest takes the singles, then about 300 pages are
+ * still needed and the 512-page handle is too large for that; no page can be created. The
+ * fewest-created plan moves the handle whole: the span grows by the extra pages, which stay
+ * free.
+ *
+ *   [ a: 1 GiB handle, free ][p0][p1 free][p2][p3 free] ... [p599 free][hole ...
+ */
+static void test_overshoot_moves_a_larger_handle(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .memory_limit = GiB + 601 * PG, .cache_percent = -1 };
+    void *a, *p[600], *x;
+    vpmm_stats_t before, after;
+    (void)state;
+    tpool_open(&t, &prm);
+    a = tmalloc(t.pool, GiB, NULL); /* one handle of 512 pages */
+    for (int i = 0; i < 600; i++) {
+        p[i] = tmalloc(t.pool, PG, NULL);         /* one page each: the device is full */
+        tfree(t.pool, tmalloc(t.pool, 64, NULL)); /* a free between growths: no burst */
+    }
+    tfree(t.pool, a);
+    for (int i = 1; i < 600; i += 2)
+        tfree(t.pool, p[i]);
+    before = tstats(t.pool);
+    assert_int_equal(before.mapped_bytes, GiB + 601 * PG); /* the last page: the small blocks' */
+    assert_int_equal(before.free_bytes, GiB + 301 * PG);
+    assert_true(before.largest_free_bytes < 600 * PG); /* no free region serves it in place */
+    x = tmalloc(t.pool, 600 * PG, NULL);
+    after = tstats(t.pool);
+    assert_int_equal(after.pages_created, before.pages_created);      /* nothing new */
+    assert_true(after.pages_remapped - before.pages_remapped >= 512); /* the handle, whole */
+    assert_int_equal(after.free_bytes, 213 * PG); /* what the handle brought beyond the need */
+    touch_ends(x, 600 * PG);
+    tfree(t.pool, x);
+    for (int i = 0; i < 600; i += 2)
+        tfree(t.pool, p[i]);
+    tpool_close(&t);
+}
+
+/*
+ * The near-full rule, a page across a state boundary: x and y share a page; x's free is known
+ * complete (ready: its stream was released, with no work left), y's is still pending on the
+ * caller's stream. The page is free, but its halves are two regions of different states, and
+ * defragmentation moves whole handles out of one region. With the device full, a page-sized
+ * request joins the ready half to the caller's pending half and is served there.
+ */
+static void test_join_across_a_state_boundary(void **state)
+{
+    tpool_t t;
+    tpool_params_t prm = { .memory_limit = 3 * PG, .cache_percent = -1, .small_bytes = 1 };
+    vpmm_stream_t s, s1;
+    void *x, *y, *z, *w;
+    vpmm_region_info_t info;
+    (void)state;
+    tpool_open(&t, &prm);
+    s = vpmm_host_stream_create(t.host);
+    s1 = vpmm_host_stream_create(t.host);
+    x = tmalloc(t.pool, MiB, s1);
+    y = tmalloc(t.pool, MiB, s);    /* x and y: one page */
+    z = tmalloc(t.pool, 2 * PG, s); /* the device is full */
+    assert_int_equal((uintptr_t)y, (uintptr_t)x + MiB);
+    tfree(t.pool, x);
+    assert_int_equal(vpmm_stream_release(t.pool, s1), VPMM_SUCCESS); /* x: done once polled */
+    vpmm_host_enqueue(t.host, s);
+    tfree(t.pool, y); /* y: pending on s */
+    w = tmalloc(t.pool, PG, s);
+    assert_ptr_equal(w, x);
+    assert_int_equal(tstats(t.pool).pages_created, 3);
+    assert_int_equal(tstats(t.pool).ooms, 0);
+    assert_int_equal(vpmm_pointer_info(t.pool, w, &info), VPMM_SUCCESS);
+    assert_int_equal(info.size, PG);
+    touch_ends(w, PG);
+    vpmm_host_complete(t.host, s);
+    tfree(t.pool, w);
+    tfree(t.pool, z);
+    tpool_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,6 +529,8 @@ int main(void)
         cmocka_unit_test(test_burst_fills_the_device),
         cmocka_unit_test(test_refused_burst_retries_needed_pages),
         cmocka_unit_test(test_harvest_whole_handles_only),
+        cmocka_unit_test(test_overshoot_moves_a_larger_handle),
+        cmocka_unit_test(test_join_across_a_state_boundary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,7 +60,7 @@ static void test_stats_follow_allocations(void **state)
     void *small, *large;
     (void)state;
     open_fx(&f, 0);
-    small = talloc(&f, 1000, NULL, SHARED);    /* 1024 handed out */
+    small = talloc(&f, 1000, NULL, SHARED); /* 1024 handed out */
     large = talloc(&f, 3 * MiB, NULL, SHARED);
     vta_get_stats(&f.d, &st);
     assert_int_equal(st.allocation[VTA_ALL].current, 2);

@@ -474,7 +474,96 @@ static vpmm_status_t harvest_supply(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_arena_t
     return st;
 }
 
-/* A span (choose_span with `supply`) and its harvest; nnew is what is left to create. */
+/* Whether the handle at [va, va + bytes) is already one of the plan's runs. */
+static int in_runs(const vpmm_pool_t *p, const vpmm_plan_t *plan, uintptr_t va, size_t bytes)
+{
+    for (size_t i = 0; i < plan->nruns; i++)
+        if (va >= plan->runs[i].addr &&
+            va + bytes <= plan->runs[i].addr + plan->runs[i].npages * p->page_size)
+            return 1;
+    return 0;
+}
+
+typedef struct bigger {
+    vpmm_region_t *src;
+    uintptr_t va;
+    size_t np; /* SIZE_MAX: none found */
+} bigger_t;
+
+/* The smallest whole handle of more than `need` pages inside the free regions of tree t, not in
+ * the plan's runs yet, if smaller than b's. */
+static void find_bigger(const vpmm_pool_t *p, const vpmm_plan_t *plan, const vpmm_rbtree_t *t,
+                        size_t need, bigger_t *b)
+{
+    const size_t pg = p->page_size;
+    for (vpmm_rb_node_t *n = vpmm_rb_lower_bound(t, (need + 1) * pg, 0); n; n = vpmm_rb_next(n)) {
+        vpmm_region_t *r = region_of(n);
+        const uintptr_t lo = vpmm_align_up(r->addr, pg),
+                        hi = vpmm_align_down(r->addr + r->size, pg);
+        if (r == plan->left || r == plan->right || r->size < (need + 1) * pg)
+            continue;
+        for (uintptr_t at = lo; at < hi;) {
+            const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+            const size_t np = ph->size / pg;
+            if (ph->va >= lo && ph->va + ph->size <= hi && np > need && np < b->np &&
+                !in_runs(p, plan, ph->va, ph->size))
+                *b = (bigger_t){ r, ph->va, np };
+            at = ph->va + ph->size > at ? ph->va + ph->size : at + pg;
+        }
+    }
+}
+
+/*
+ * The harvest takes a handle only while it fits in what is still needed, so `need` pages may be
+ * left although a free handle larger than that lies in the caller's memory. When new pages
+ * cannot be had (the fewest-created plan), that handle is moved whole and the span grows by
+ * its extra pages, which stay free after the allocation: free whole pages serve whatever
+ * handle they belong to (the near-full rule, docs/ALGORITHM.md). The span must have the room:
+ * upwards in its hole without a right neighbour, downwards without a left one.
+ */
+static vpmm_status_t overshoot(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, size_t *need)
+{
+    const size_t pg = p->page_size;
+    bigger_t b = { NULL, 0, SIZE_MAX };
+    size_t extra;
+    if (*need == 0 || plan->arena->priv)
+        return VPMM_SUCCESS;
+    if (markable(p, s))
+        find_bigger(p, plan, &s->free_tree, *need, &b);
+    find_bigger(p, plan, &p->shared.ready, *need, &b);
+    if (b.src == NULL)
+        return VPMM_SUCCESS;
+    extra = b.np - *need;
+    if (plan->hole != NULL) {
+        const vpmm_region_t *h = plan->hole;
+        if (plan->right == NULL) {
+            if (plan->map_at + (plan->npages + extra) * pg > h->addr + h->size)
+                return VPMM_SUCCESS;
+        } else if (plan->left == NULL && plan->map_at - h->addr >= extra * pg) {
+            plan->map_at -= extra * pg;
+        } else {
+            return VPMM_SUCCESS;
+        }
+    }
+    VPMM_CHECK(add_run(plan, b.src, b.va, b.np));
+    /* The runs of one region are committed from its top down (each cut keeps the region's lower
+     * part as the region): the new one goes before the first of its region's runs below it. */
+    for (size_t i = 0; i + 1 < plan->nruns; i++) {
+        if (plan->runs[i].src == b.src && plan->runs[i].addr < b.va) {
+            memmove(&plan->runs[i + 1], &plan->runs[i],
+                    (plan->nruns - 1 - i) * sizeof plan->runs[0]);
+            plan->runs[i] = (vpmm_harvest_t){ b.src, b.va, b.np };
+            break;
+        }
+    }
+    plan->npages += extra;
+    *need = 0;
+    return VPMM_SUCCESS;
+}
+
+/* A span (choose_span with `supply`) and its harvest; nnew is what is left to create. With
+ * `supply` set (the fewest-created plan), a handle larger than what is left may be moved whole
+ * (overshoot). */
 static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t supply,
                                vpmm_plan_t *plan)
 {
@@ -487,6 +576,30 @@ static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size
     choose_span(p, s, size, supply, plan);
     need = plan->npages;
     st = harvest(p, s, plan, &need);
+    if (st == VPMM_SUCCESS && need > 0 && supply != SIZE_MAX)
+        st = overshoot(p, s, plan, &need);
+    if (st == VPMM_SUCCESS && need > 0 && supply != SIZE_MAX && plan->hole != NULL) {
+        /* The span's hole had no room for a handle larger than what was left: the same in a
+         * VA chunk of its own, where any overshoot fits (the neighbours it joined are then
+         * harvested instead), if that leaves less to create. */
+        vpmm_plan_t alone;
+        size_t need_alone;
+        memset(&alone, 0, sizeof alone);
+        alone.arena = a;
+        alone.small = plan->small;
+        alone.npages = pages_for(size, p->page_size);
+        need_alone = alone.npages;
+        st = harvest(p, s, &alone, &need_alone);
+        if (st == VPMM_SUCCESS && need_alone > 0)
+            st = overshoot(p, s, &alone, &need_alone);
+        if (st == VPMM_SUCCESS && need_alone < need) {
+            vpmm_i_plan_fini(plan);
+            *plan = alone;
+            need = need_alone;
+        } else {
+            vpmm_i_plan_fini(&alone);
+        }
+    }
     if (st != VPMM_SUCCESS) {
         vpmm_i_plan_fini(plan);
         return st;

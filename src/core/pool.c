@@ -268,7 +268,11 @@ static int wait_for_owner(vpmm_pool_t *p, vpmm_strm_t *s, const vpmm_region_t *r
 }
 
 static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
-                                          vpmm_region_t **out, vpmm_precreated_t *pre)
+                                          vpmm_region_t **out, vpmm_precreated_t *pre);
+
+/* One attempt of the slow path within the request's size class (malloc_slow_in_class). */
+static vpmm_status_t slow_in_class_once(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
+                                        vpmm_region_t **out, vpmm_precreated_t *pre)
 {
     vpmm_plan_t plan;
     vpmm_region_t *r;
@@ -329,6 +333,20 @@ static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t
     }
     if (p->worker != NULL && p->zombie_head != NULL)
         vpmm_i_worker_kick(p); /* this defragmentation's zombies */
+    return st;
+}
+
+/* The slow path within the request's size class. Out of memory, it joins the whole pages the
+ * caller may use that a boundary between ready memory and its own pending memory cut off (they
+ * could not move: vpmm_i_region_join_across) and tries again: free whole pages serve whatever
+ * handle they belong to (the near-full rule, docs/ALGORITHM.md). Each retry joins at least one
+ * region, so the retries end. */
+static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
+                                          vpmm_region_t **out, vpmm_precreated_t *pre)
+{
+    vpmm_status_t st = slow_in_class_once(p, s, rsize, out, pre);
+    while (st == VPMM_ERROR_OUT_OF_MEMORY && vpmm_i_region_join_across(p, s) > 0)
+        st = slow_in_class_once(p, s, rsize, out, pre);
     return st;
 }
 

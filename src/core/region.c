@@ -434,6 +434,46 @@ void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s)
     r->seq = s->retired ? s->recorded - 1 : s->recorded;
 }
 
+/* Whether the boundary at b (between two mapped regions) runs through a page or a handle. */
+static int cuts_a_handle(const vpmm_pool_t *p, uintptr_t b)
+{
+    if (b % p->page_size != 0)
+        return 1;
+    return vpmm_i_phys_at(p, b)->va < b;
+}
+
+static int pending_on(const vpmm_region_t *r, const vpmm_strm_t *s)
+{
+    return r != NULL && r->state == VPMM_REGION_FREE && !r->ready && r->uses == NULL &&
+           !r->cached && r->stream == s;
+}
+
+size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_strm_t *s)
+{
+    size_t joined = 0;
+    if (s->retired || s->pending_bytes == 0)
+        return 0;
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
+        if (c->arena != &p->shared)
+            continue;
+        for (vpmm_region_t *r = c->first; r; r = r->next) {
+            if (r->state != VPMM_REGION_FREE || !r->ready || r->uses != NULL || r->cached)
+                continue;
+            if (!(pending_on(r->prev, s) && cuts_a_handle(p, r->addr)) &&
+                !(pending_on(r->next, s) && cuts_a_handle(p, r->addr + r->size)))
+                continue;
+            vpmm_i_index_del(p, r);
+            r->ready = 0;
+            r->stream = s;
+            r->seq = s->recorded; /* covered by s's next marker, as a free of s now */
+            vpmm_i_index_add(p, r);
+            r = vpmm_i_region_coalesce(p, r); /* the walk goes on after the joined region */
+            joined++;
+        }
+    }
+    return joined;
+}
+
 vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr)
 {
     for (const vpmm_chunk_t *c = p->chunks; c; c = c->next) {
