@@ -484,8 +484,9 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report);
  * The report of the pool's latest out-of-memory failure (empty if none yet), copied into buf
  * (truncated to len - 1 bytes, always terminated): one paragraph with what was asked, whether the
  * device or the cap said no, what the pool maps, how much is live and free, its largest free
- * span, what defragmentation could gather, what is pending on busy streams, zombies, holes, each
- * graph pool, and what the device had free. VPMM_VERBOSE=1 prints a pool's first 10 reports on
+ * span, what defragmentation could gather, what is pending on busy streams, the free whole pages
+ * it cannot gather (their handle also holds memory in use), zombies, holes, each graph pool, and
+ * what the device had free. VPMM_VERBOSE=1 prints a pool's first 10 reports on
  * stderr (then only their count, at vpmm_pool_destroy).
  * Threads: any. With several threads, it is the latest OOM of any of them.
  */

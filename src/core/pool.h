@@ -287,7 +287,7 @@ struct vpmm_pool {
                                    mapped (cache.c) */
     vpmm_oom_cause_t oom_cause; /* what refused the malloc being reported (report.c) */
     vpmm_record_t *record;      /* the trace being recorded (record.c), or NULL */
-    char oom_report[1536];      /* the last out-of-memory report (report.c) */
+    char oom_report[2048];      /* the last out-of-memory report (report.c) */
     unsigned oom_printed;       /* reports VPMM_VERBOSE printed in full (report.c) */
     uint64_t oom_unprinted;     /* later reports, only counted */
     vpmm_worker_t *worker;      /* the background worker (worker.c), or NULL (opt.worker off) */

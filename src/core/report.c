@@ -75,10 +75,13 @@ size_t vpmm_i_largest_free(const vpmm_pool_t *p, const vpmm_arena_t *only)
 /*
  * Of the shared arena's free memory: the bytes defragmentation can gather without new memory —
  * whole handles (a handle partly in use stays) in ready memory, or pending on a stream whose
- * marker can be recorded now (not one being captured) — and the bytes still pending.
+ * marker can be recorded now (not one being captured) —, the bytes of whole free pages in those
+ * same regions that it cannot gather because their handle holds memory in use too (`trapped`:
+ * the near-full rule's open part, docs/ALGORITHM.md), and the bytes still pending.
  */
-static void free_pages_of(vpmm_pool_t *p, size_t *movable, size_t *pending)
+static void free_pages_of(vpmm_pool_t *p, size_t *movable, size_t *trapped, size_t *pending)
 {
+    const size_t pg = p->page_size;
     for (const vpmm_chunk_t *c = p->chunks; c; c = c->next) {
         if (c->arena != &p->shared)
             continue;
@@ -90,8 +93,13 @@ static void free_pages_of(vpmm_pool_t *p, size_t *movable, size_t *pending)
             if (r->uses != NULL)
                 continue; /* deferred: another stream may still use it */
             if (r->ready || r->cached || r->stream->retired || r->stream->dirty_regions == 0 ||
-                vpmm_i_stream_markable(p, r->stream))
-                *movable += vpmm_i_whole_handle_bytes(p, r->addr, r->size);
+                vpmm_i_stream_markable(p, r->stream)) {
+                const uintptr_t lo = vpmm_align_up(r->addr, pg);
+                const uintptr_t hi = vpmm_align_down(r->addr + r->size, pg);
+                const size_t whole = vpmm_i_whole_handle_bytes(p, r->addr, r->size);
+                *movable += whole;
+                *trapped += hi > lo ? (size_t)(hi - lo) - whole : 0;
+            }
         }
     }
 }
@@ -134,10 +142,10 @@ void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
 {
     sizes_t z = { .next = 0 };
     text_t t = { p->oom_report, sizeof p->oom_report, 0 };
-    size_t dfree = 0, dtotal = 0, whole = 0, pending = 0, first_end;
+    size_t dfree = 0, dtotal = 0, whole = 0, trapped = 0, pending = 0, first_end;
     int have_dev = p->drv->mem_get_info(p->drv, &dfree, &dtotal) == VPMM_DRV_OK;
 
-    free_pages_of(p, &whole, &pending);
+    free_pages_of(p, &whole, &trapped, &pending);
     if (vpmm_i_stream_is_legacy(stream))
         put(&t, "vpmm_malloc(%s) on the legacy stream: out of memory: ", B(size));
     else if (stream == VPMM_STREAM_PER_THREAD)
@@ -172,6 +180,11 @@ void vpmm_i_oom_report(vpmm_pool_t *p, size_t size, vpmm_stream_t stream)
         B(p->c.mapped_bytes), B(p->c.allocated_bytes), (unsigned long long)p->c.live_allocs,
         B(p->c.live_bytes), B(p->c.free_bytes), B(vpmm_i_largest_free(p, NULL)), B(whole),
         B(pending));
+    if (trapped != 0)
+        put(&t,
+            " %s more is in free whole pages of handles that also hold memory in use or pending "
+            "elsewhere: a handle moves only whole.",
+            B(trapped));
     put(&t,
         " Zombies (old addresses of remapped pages, until the GPU is done): %s; reserved VA "
         "in holes: %s.",
