@@ -98,6 +98,7 @@ typedef enum vpmm_status {
     VPMM_ERROR_WRONG_POOL = 16,        /* the object belongs to another pool or graph pool */
     VPMM_ERROR_CHECKPOINT_CONFLICT = 17, /* a checkpointed allocation is no longer mapped */
     VPMM_ERROR_NOT_CAPTURING = 18,       /* the stream is not being captured */
+    VPMM_ERROR_IO = 19, /* a file vpmm writes (the VPMM_TRACE_FILE trace) could not be written */
 } vpmm_status_t;
 
 /*
@@ -358,7 +359,9 @@ vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_po
  * Refuses with VPMM_ERROR_POOL_BUSY (pool unchanged) while allocations are live, a graph pool
  * is alive or a capture into one is in progress (refused before any synchronize, so the capture
  * is not disturbed). If a driver call fails part-way the pool stays valid (smaller) and the call
- * may be repeated. Threads: alone.
+ * may be repeated. With a trace being recorded (VPMM_TRACE_FILE), its last lines are written and
+ * the file closed: VPMM_ERROR_IO, after the pool is destroyed all the same, when any write or the
+ * close failed (a full disk; vpmm_last_error() names the file). Threads: alone.
  */
 vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool);
 

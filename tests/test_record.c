@@ -9,13 +9,17 @@
  * the trace loads with vpmm-replay's loader (bench/trace.c) with the same peak live bytes. The
  * path's "%p" and "%n" are expanded, and a path that cannot be written, a bad "%", or an empty
  * name makes pool creation fail with the status of the knob that named it (INVALID_CONFIG /
- * INVALID_ENV) and nothing leaked.
+ * INVALID_ENV) and nothing leaked. A name ending in .gz is written gzip-compressed (refused when
+ * zlib cannot be loaded); a write error — a full disk — makes vpmm_pool_destroy return
+ * VPMM_ERROR_IO naming the file; a pool never destroyed has its trace closed at exit.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "graph_test_util.h"
@@ -277,6 +281,142 @@ static void test_bad_paths(void **state)
     tenv_unset_all();
 }
 
+/* A trace of a few calls, through the public API (vpmm_pool_destroy's status is the point). */
+static vpmm_status_t record_some(const char *path, int calls)
+{
+    vpmm_config_t c;
+    vpmm_pool_t *pool = NULL;
+    vpmm_config_init(&c);
+    c.backend = VPMM_BACKEND_HOST;
+    c.ignore_env = 1;
+    c.va_size = 4 * GiB;
+    c.trace_file = path;
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
+    for (int i = 0; i < calls; i++) {
+        void *p = NULL;
+        assert_int_equal(vpmm_malloc(pool, 1000 + (size_t)i, NULL, &p), VPMM_SUCCESS);
+        assert_int_equal(vpmm_free(pool, p), VPMM_SUCCESS);
+    }
+    return vpmm_pool_destroy(pool);
+}
+
+/* A name ending in .gz is written gzip-compressed (zlib at run time); the loader reads it back,
+ * the same operations as the plain file's. */
+static void test_gzip_when_the_name_says_so(void **state)
+{
+    char plain[256], gz[256], err[256];
+    unsigned char magic[2] = { 0, 0 };
+    trace_t a, b;
+    FILE *f;
+    (void)state;
+    temp_path(plain, sizeof plain, "plain.trace");
+    temp_path(gz, sizeof gz, "packed.trace.gz");
+    assert_int_equal(record_some(plain, 3000), VPMM_SUCCESS);
+    assert_int_equal(record_some(gz, 3000), VPMM_SUCCESS);
+    f = fopen(gz, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(magic, 1, 2, f), 2);
+    fclose(f);
+    assert_int_equal(magic[0], 0x1f); /* gzip's magic number */
+    assert_int_equal(magic[1], 0x8b);
+    assert_int_equal(trace_load(plain, &a, err, sizeof err), 0);
+    assert_int_equal(trace_load(gz, &b, err, sizeof err), 0);
+    assert_int_equal(a.nops, 6000);
+    assert_int_equal(b.nops, a.nops);
+    assert_int_equal(b.peak_live, a.peak_live);
+    trace_free(&a);
+    trace_free(&b);
+    assert_int_equal(unlink(plain), 0);
+    assert_int_equal(unlink(gz), 0);
+}
+
+/* Without zlib a .gz name is refused at creation, saying what to do; nothing leaks. */
+static void test_gzip_without_zlib(void **state)
+{
+    const char *saved = vpmm_i_zlib_name;
+    char gz[256];
+    vpmm_config_t c;
+    vpmm_pool_t *pool = NULL;
+    (void)state;
+    temp_path(gz, sizeof gz, "nozlib.trace.gz");
+    vpmm_i_zlib_name = "libz-vpmm-test-absent.so.9";
+    vpmm_config_init(&c);
+    c.backend = VPMM_BACKEND_HOST;
+    c.ignore_env = 1;
+    c.va_size = 4 * GiB;
+    c.trace_file = gz;
+    assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_ERROR_INVALID_CONFIG);
+    vpmm_i_zlib_name = saved;
+    assert_null(pool);
+    assert_non_null(strstr(vpmm_last_error(), "install zlib, or name the file without .gz"));
+    assert_non_null(strstr(vpmm_last_error(), "libz-vpmm-test-absent.so.9")); /* dlerror's */
+    assert_int_equal(access(gz, F_OK), -1);                                   /* nothing created */
+}
+
+/* A write that fails (a full disk: /dev/full) is reported: vpmm_pool_destroy returns
+ * VPMM_ERROR_IO naming the file, whether the failure came at the last write or long before. */
+static void test_write_errors_reported(void **state)
+{
+    (void)state;
+    if (access("/dev/full", W_OK) != 0)
+        skip(); /* a system without /dev/full: nothing to fill */
+    /* Within one buffer: the failure comes when the pool is destroyed. */
+    assert_int_equal(record_some("/dev/full", 10), VPMM_ERROR_IO);
+    assert_non_null(strstr(vpmm_last_error(), "the trace file /dev/full is incomplete: "));
+    assert_non_null(strstr(vpmm_last_error(), strerror(ENOSPC)));
+    /* Many buffers: the first failure stops the recording; the pool goes on working. */
+    assert_int_equal(record_some("/dev/full", 20000), VPMM_ERROR_IO);
+    assert_non_null(strstr(vpmm_last_error(), "/dev/full"));
+    /* A gzip trace on a full disk (a .gz name linked to /dev/full): the same. */
+    {
+        char gz[256];
+        temp_path(gz, sizeof gz, "full.trace.gz");
+        (void)unlink(gz);
+        assert_int_equal(symlink("/dev/full", gz), 0);
+        assert_int_equal(record_some(gz, 20000), VPMM_ERROR_IO);
+        assert_non_null(strstr(vpmm_last_error(), gz));
+        assert_int_equal(unlink(gz), 0);
+    }
+}
+
+/* A pool never destroyed: its trace is written out and closed at exit, so that even a gzip one
+ * is complete. */
+static void test_closed_at_exit(void **state)
+{
+    char gz[256], err[256];
+    trace_t tr;
+    pid_t pid;
+    int status = 0;
+    (void)state;
+    temp_path(gz, sizeof gz, "atexit.trace.gz");
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        vpmm_config_t c;
+        vpmm_pool_t *pool = NULL;
+        vpmm_config_init(&c);
+        c.backend = VPMM_BACKEND_HOST;
+        c.ignore_env = 1;
+        c.va_size = 4 * GiB;
+        c.trace_file = gz;
+        if (vpmm_pool_create(&c, &pool) != VPMM_SUCCESS)
+            _exit(3);
+        for (int i = 0; i < 500; i++) {
+            void *p = NULL;
+            if (vpmm_malloc(pool, 4096, NULL, &p) != VPMM_SUCCESS || vpmm_free(pool, p) != 0)
+                _exit(4);
+        }
+        exit(0); /* no vpmm_pool_destroy */
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(trace_load(gz, &tr, err, sizeof err), 0);
+    assert_int_equal(tr.nops, 1000);
+    trace_free(&tr);
+    assert_int_equal(unlink(gz), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +424,10 @@ int main(void)
         cmocka_unit_test(test_recorded_trace_replays),
         cmocka_unit_test(test_path_expansion),
         cmocka_unit_test_setup_teardown(test_bad_paths, tenv_clear, tenv_clear),
+        cmocka_unit_test(test_gzip_when_the_name_says_so),
+        cmocka_unit_test(test_gzip_without_zlib),
+        cmocka_unit_test(test_write_errors_reported),
+        cmocka_unit_test(test_closed_at_exit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -179,7 +179,7 @@ vpmm_status_t vpmm_i_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
     if (p->opt.worker) {
         st = vpmm_i_worker_start(p);
         if (st != VPMM_SUCCESS) {
-            vpmm_i_record_close(p);
+            (void)vpmm_i_record_close(p); /* the worker's failure is the status */
             goto fail_teardown;
         }
     }
@@ -199,7 +199,7 @@ fail_drv:
 
 vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
 {
-    vpmm_status_t st;
+    vpmm_status_t st, rst;
     if (pool == NULL) {
         vpmm_i_set_error("vpmm_pool_destroy: pool is NULL");
         return VPMM_ERROR_INVALID_ARGUMENT;
@@ -232,10 +232,10 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
     }
     vpmm_i_oom_summary(pool);
     st = pool_teardown(pool);
-    vpmm_i_record_close(pool);
+    rst = vpmm_i_record_close(pool); /* the trace's last lines; a write error is said */
     vpmm_i_unlock(pool);
     pool_free_host(pool);
-    return st;
+    return st != VPMM_SUCCESS ? st : rst;
 }
 
 /* ---- malloc / free ------------------------------------------------------------------------- */

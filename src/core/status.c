@@ -72,6 +72,8 @@ const char *vpmm_strerror(vpmm_status_t status)
         return "checkpoint conflicts with the graph pool's mapped memory";
     case VPMM_ERROR_NOT_CAPTURING:
         return "stream is not being captured";
+    case VPMM_ERROR_IO:
+        return "a file vpmm writes could not be written";
     }
     return "unknown status";
 }
@@ -117,6 +119,8 @@ const char *vpmm_status_name(vpmm_status_t status)
         return "VPMM_ERROR_CHECKPOINT_CONFLICT";
     case VPMM_ERROR_NOT_CAPTURING:
         return "VPMM_ERROR_NOT_CAPTURING";
+    case VPMM_ERROR_IO:
+        return "VPMM_ERROR_IO";
     }
     return "VPMM_STATUS_UNKNOWN";
 }
