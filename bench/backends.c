@@ -45,6 +45,16 @@ const char *backend_names(void)
     return "host, cuda, cudaMallocAsync, cudaMalloc" TORCH_NAMES;
 }
 
+int backend_known(const char *name)
+{
+    static const char *const known[] = { "host",       "cuda",  "cudaMallocAsync",
+                                         "cudaMalloc", "torch", "torch-expandable" };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(name, known[i]) == 0)
+            return 1;
+    return 0;
+}
+
 const char *backend_default(void)
 {
     return "cuda"; /* as the library's default: the host emulation only when asked for */

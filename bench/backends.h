@@ -53,6 +53,10 @@ enum {
 /* Known names, for messages: "host, cuda, cudaMallocAsync, cudaMalloc", then "torch,
  * torch-expandable" where they are built in. */
 const char *backend_names(void);
+/* Whether name is a backend at all (the anchors torch and torch-expandable included, built in or
+ * not): an unknown name is a usage error (exit 1), a known one this build or machine cannot open
+ * is "backend unavailable" (exit 2). */
+int backend_known(const char *name);
 
 /* The tools' default: "cuda", as the library's (the host emulation only when asked for). */
 const char *backend_default(void);

@@ -28,12 +28,13 @@
  *    shared / the larger branch alone (what sharing costs) and shared / the larger branch's peak
  *    live bytes (which adds what placement costs inside captures, where pages cannot move).
  *
- * The host emulation backend is the default: checkpoints are host bookkeeping, the backend only
- * builds the state (on cuda the captures are real, on one non-blocking stream; nothing is
- * launched). Every graph stays alive until the end (a graph pins its graph pool's memory); then
- * each graph pool is emptied by a reapply with every allocation dead, the graphs are destroyed,
- * the graph pools released and the pools destroyed. Exit status: 0, 1 bad usage, 2 backend
- * unavailable, 3 an error (vpmm's message on stderr).
+ * The backend is CUDA by default, as the library's and the other tools' (--backend host: the
+ * emulation; checkpoints are host bookkeeping, the backend only builds the state: on cuda the
+ * captures are real, on one non-blocking stream; nothing is launched). Every graph stays alive
+ * until the end (a graph pins its graph pool's memory); then each graph pool is emptied by a
+ * reapply with every allocation dead, the graphs are destroyed, the graph pools released and the
+ * pools destroyed. Exit status: 0, 1 bad usage, 2 backend unavailable, 3 an error (vpmm's message
+ * on stderr).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -718,7 +719,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: vpmm-checkpoint [--backend host|cuda] [--json] [--regions N,N,...] "
                "[--reps N] [--seed S]\n"
-               "  --backend  host (default: the emulation) or cuda (a GPU)\n"
+               "  --backend  cuda (default: a GPU) or host (the emulation)\n"
                "  --json     one JSON object per line instead of the tables\n"
                "  --regions  region counts of the timing part (default 10,1000,100000)\n"
                "  --reps     timed repetitions of each call (default 200)\n"
@@ -749,7 +750,9 @@ static int open_cuda_stream(setup_t *su)
     if (e == cudaSuccess && n > 0)
         e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (e != cudaSuccess || n == 0) {
-        fprintf(stderr, "vpmm-checkpoint: no usable CUDA device: %s\n",
+        fprintf(stderr,
+                "vpmm-checkpoint: no usable CUDA device (%s); --backend host runs on the host "
+                "emulation\n",
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return -1;
     }
@@ -770,10 +773,11 @@ int main(int argc, char **argv)
     };
     setup_t su = { VPMM_BACKEND_HOST, (vpmm_stream_t)(uintptr_t)0x10, 0, 200, 1 };
     size_t counts[MAX_COUNTS] = { 10, 1000, 100000 }, ncounts = 3;
-    const char *backend = "host";
+    const char *backend = "cuda"; /* as the library and the other tools: host when asked for */
     uint64_t reps = su.reps;
     int c, rc = 0;
 
+    cli_check_stdout_at_exit(TOOL);
     while ((c = getopt_long(argc, argv, "b:jr:n:s:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b':

@@ -74,38 +74,120 @@ int cli_output_open(cli_output_t *o, const char *tool, const char *opt, const ch
                     const char *input)
 {
     struct stat out, in;
+    const int exists = stat(path, &out) == 0;
+    int fd;
     o->tool = tool;
     o->opt = opt;
     o->path = path;
-    o->regular = 0;
-    if (input != NULL && stat(path, &out) == 0 && stat(input, &in) == 0 &&
-        out.st_dev == in.st_dev && out.st_ino == in.st_ino) {
+    o->tmp = NULL;
+    o->f = NULL;
+    if (input != NULL && exists && stat(input, &in) == 0 && out.st_dev == in.st_dev &&
+        out.st_ino == in.st_ino) {
         fprintf(stderr, "%s: %s %s: that is the input file %s\n", tool, opt, path, input);
-        o->f = NULL;
         return -1;
     }
-    o->f = fopen(path, "w");
-    if (o->f == NULL) {
+    if (exists && !S_ISREG(out.st_mode)) {
+        o->f = fopen(path, "w"); /* a device or a pipe: written directly */
+        if (o->f == NULL) {
+            fprintf(stderr, "%s: %s %s: cannot open: %s\n", tool, opt, path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    o->tmp = malloc(strlen(path) + sizeof ".tmp-XXXXXX");
+    if (o->tmp == NULL) {
+        fprintf(stderr, "%s: %s %s: out of memory\n", tool, opt, path);
+        return -1;
+    }
+    strcpy(o->tmp, path);
+    strcat(o->tmp, ".tmp-XXXXXX");
+    fd = mkstemp(o->tmp);
+    if (fd < 0 || (o->f = fdopen(fd, "w")) == NULL) {
         fprintf(stderr, "%s: %s %s: cannot create: %s\n", tool, opt, path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(o->tmp);
+        }
+        free(o->tmp);
+        o->tmp = NULL;
         return -1;
     }
-    o->regular = fstat(fileno(o->f), &out) == 0 && S_ISREG(out.st_mode);
     return 0;
+}
+
+/* The mode a file created with fopen(path, "w") gets: 0666 less the umask. */
+static mode_t created_mode(void)
+{
+    mode_t mask = umask(0);
+    umask(mask);
+    return 0666 & ~mask;
 }
 
 int cli_output_close(cli_output_t *o, int keep)
 {
-    int failed;
+    int failed, err;
     if (o->f == NULL)
         return 0;
-    failed = ferror(o->f) != 0;
-    if (fclose(o->f) != 0)
+    errno = 0;
+    failed = fflush(o->f) != 0 || ferror(o->f) != 0;
+    err = errno;
+    if (keep && !failed && o->tmp != NULL && fchmod(fileno(o->f), created_mode()) != 0) {
         failed = 1;
+        err = errno;
+    }
+    if (fclose(o->f) != 0 && !failed) {
+        failed = 1;
+        err = errno;
+    }
     o->f = NULL;
+    if (keep && !failed && o->tmp != NULL && rename(o->tmp, o->path) != 0) {
+        failed = 1;
+        err = errno;
+    }
     if (failed)
-        fprintf(stderr, "%s: %s %s: writing failed: %s\n", o->tool, o->opt, o->path,
-                strerror(errno));
-    if ((failed || !keep) && o->regular)
-        unlink(o->path);
+        fprintf(stderr, "%s: %s %s: writing failed%s%s\n", o->tool, o->opt, o->path,
+                err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+    if ((failed || !keep) && o->tmp != NULL)
+        unlink(o->tmp);
+    free(o->tmp);
+    o->tmp = NULL;
     return failed ? -1 : 0;
+}
+
+const char *cli_bytes(double bytes, int decimals, char *buf, size_t len)
+{
+    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    unsigned u = 0;
+    while (bytes >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+        bytes /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%.*f %s", u == 0 ? 0 : decimals, bytes, units[u]);
+    return buf;
+}
+
+static const char *stdout_tool;
+
+static void check_stdout(void)
+{
+    int failed, err;
+    errno = 0;
+    failed = fflush(stdout) != 0 || ferror(stdout) != 0;
+    err = errno;
+    if (fclose(stdout) != 0 && !failed) {
+        failed = 1;
+        err = errno;
+    }
+    if (failed) {
+        /* An error of an earlier write is kept by ferror, not its errno. */
+        fprintf(stderr, "%s: writing the standard output failed%s%s\n", stdout_tool,
+                err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+        _exit(1);
+    }
+}
+
+void cli_check_stdout_at_exit(const char *tool)
+{
+    stdout_tool = tool;
+    (void)atexit(check_stdout);
 }

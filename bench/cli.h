@@ -43,25 +43,40 @@ int cli_u64(const char *tool, const char *opt, const char *arg, uint64_t min, ui
 int cli_double(const char *tool, const char *opt, const char *arg, double min, double max,
                double *out);
 
-/* A file the tool writes its result into, opened (created or truncated) before the work. */
+/* A file the tool writes its result into, opened before the work. A regular file (or a path
+ * that does not exist yet) is written under a temporary name in the same directory and renamed
+ * over the path only when the work succeeded, so that a failed run leaves the path as it was —
+ * a result of an earlier run included. Anything else (/dev/stdout, a pipe) is written directly. */
 typedef struct cli_output {
     FILE *f;
     const char *tool, *opt, *path;
-    int regular; /* a regular file (not /dev/stdout, a pipe): only such a file is ever removed */
+    char *tmp; /* the temporary name, or NULL (written directly) */
 } cli_output_t;
 
 /* Opens path for writing: 0, or -1 after a message ("vpmm-replay: --svg /no/such/x.svg: cannot
  * create: No such file or directory"). A path naming the same file as `input` (the file the
- * work will read; NULL: none) is refused before anything is truncated. */
+ * work will read; NULL: none) is refused before anything is written. */
 int cli_output_open(cli_output_t *o, const char *tool, const char *opt, const char *path,
                     const char *input);
 
 /*
- * Closes it. keep = 0 (the work failed, or was never written): the file is removed when it is a
- * regular file, so a failed run leaves nothing that looks like a result. Returns 0, or -1 after a
- * message when writing or closing failed (a full disk); the file is then removed too. Does
- * nothing when o->f is NULL.
+ * Closes it. keep = 1 (the work succeeded): the temporary file becomes the path. keep = 0: it is
+ * removed, and the path is left as it was. Returns 0, or -1 after a message when writing, closing
+ * or renaming failed (a full disk); nothing is then left at the path either. Does nothing when
+ * o->f is NULL.
  */
 int cli_output_close(cli_output_t *o, int keep);
+
+/* bytes in the library's units (KiB, MiB, GiB, TiB: powers of 1024, as vpmm's own messages),
+ * with `decimals` decimals: "7.205 GiB". Returns buf. */
+const char *cli_bytes(double bytes, int decimals, char *buf, size_t len);
+
+/*
+ * From now on, the tool's standard output is checked when the process exits: if writing or
+ * closing it failed (`> /dev/full`, a closed pipe), "<tool>: writing the standard output failed:
+ * <why>" goes to stderr and the exit status becomes 1 (the tools' status for an output they could
+ * not write), whatever main returned. Call it first thing in main.
+ */
+void cli_check_stdout_at_exit(const char *tool);
 
 #endif /* VPMM_BENCH_CLI_H */

@@ -23,6 +23,7 @@
  * Prints three tables. Exit status 0, 2 without a device (or a driver), 3 on a driver error.
  */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,11 +41,64 @@
         CUresult r_ = (call);                                                                      \
         if (r_ != CUDA_SUCCESS) {                                                                  \
             const char *s_ = "?";                                                                  \
-            cuGetErrorString(r_, &s_);                                                             \
+            cu_.GetErrorString(r_, &s_);                                                           \
             fprintf(stderr, TOOL ": %s failed: %s (%d)\n", #call, s_, (int)r_);                    \
             exit(3);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The driver calls this tool makes, from libcuda.so.1 loaded at run time (as the library does):
+ * --help and --version work on a machine without a driver, and a missing driver is the tool's
+ * "no device" status (2), not a loader error. The names are cuda.h's, versioned entry points
+ * included (cuEventDestroy is cuEventDestroy_v2's macro). */
+#define CU_FUNCS(X)                                                                                \
+    X(CtxSetCurrent)                                                                               \
+    X(DeviceCanAccessPeer)                                                                         \
+    X(DeviceGet)                                                                                   \
+    X(DeviceGetAttribute)                                                                          \
+    X(DeviceGetCount)                                                                              \
+    X(DevicePrimaryCtxRelease)                                                                     \
+    X(DevicePrimaryCtxRetain)                                                                      \
+    X(EventCreate)                                                                                 \
+    X(EventDestroy)                                                                                \
+    X(EventQuery)                                                                                  \
+    X(EventRecord)                                                                                 \
+    X(GetErrorString)                                                                              \
+    X(Init)                                                                                        \
+    X(MemAddressFree)                                                                              \
+    X(MemAddressReserve)                                                                           \
+    X(MemCreate)                                                                                   \
+    X(MemExportToShareableHandle)                                                                  \
+    X(MemGetAllocationGranularity)                                                                 \
+    X(MemMap)                                                                                      \
+    X(MemRelease)                                                                                  \
+    X(MemSetAccess)                                                                                \
+    X(MemUnmap)
+#define CU_STR(x)  #x
+#define CU_XSTR(x) CU_STR(x)
+static struct {
+#define CU_FIELD(n) __typeof__(cu##n) *n;
+    CU_FUNCS(CU_FIELD)
+#undef CU_FIELD
+} cu_;
+
+/* 0, or -1 with why in err. */
+static int cu_load(char *err, size_t len)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        snprintf(err, len, "%s", dlerror());
+        return -1;
+    }
+#define CU_SYM(n)                                                                                  \
+    if ((*(void **)&cu_.n = dlsym(lib, CU_XSTR(cu##n))) == NULL) {                                 \
+        snprintf(err, len, "libcuda.so.1 has no %s", CU_XSTR(cu##n));                              \
+        return -1;                                                                                 \
+    }
+    CU_FUNCS(CU_SYM)
+#undef CU_SYM
+    return 0;
+}
 
 static CUcontext ctx;
 static CUmemAllocationProp prop;
@@ -73,13 +127,13 @@ static double median(double *v, int n)
 static void map_all(CUdeviceptr va, const CUmemGenericAllocationHandle *h, int k)
 {
     for (int i = 0; i < k; i++)
-        CK(cuMemMap(va + (size_t)i * gran, gran, 0, h[i], 0));
+        CK(cu_.MemMap(va + (size_t)i * gran, gran, 0, h[i], 0));
 }
 
 static void unmap_each(CUdeviceptr va, int k)
 {
     for (int i = 0; i < k; i++)
-        CK(cuMemUnmap(va + (size_t)i * gran, gran));
+        CK(cu_.MemUnmap(va + (size_t)i * gran, gran));
 }
 
 static void scaling(CUdeviceptr va, CUdeviceptr va2, CUmemGenericAllocationHandle *h)
@@ -87,7 +141,7 @@ static void scaling(CUdeviceptr va, CUdeviceptr va2, CUmemGenericAllocationHandl
     static const int ks[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
     double t0 = now_us();
     for (int i = 0; i < NHANDLE; i++)
-        CK(cuMemCreate(&h[i], gran, &prop, 0));
+        CK(cu_.MemCreate(&h[i], gran, &prop, 0));
     printf("cuMemCreate: %.2f us per %zu KiB handle\n\n", (now_us() - t0) / NHANDLE, gran >> 10);
     printf("%5s %9s %14s %14s %14s %14s %14s %14s\n", "k", "map/h", "access 1 call", "access/h",
            "unmap 1 call", "unmap/h", "alias m+a/h", "alias unmap");
@@ -99,22 +153,22 @@ static void scaling(CUdeviceptr va, CUdeviceptr va2, CUmemGenericAllocationHandl
             map_all(va, h, k);
             m[r] = (now_us() - t) / k;
             t = now_us();
-            CK(cuMemSetAccess(va, (size_t)k * gran, &access_rw, 1));
+            CK(cu_.MemSetAccess(va, (size_t)k * gran, &access_rw, 1));
             a1[r] = now_us() - t;
             t = now_us(); /* the same handles at a second address: what a remap does */
             map_all(va2, h, k);
-            CK(cuMemSetAccess(va2, (size_t)k * gran, &access_rw, 1));
+            CK(cu_.MemSetAccess(va2, (size_t)k * gran, &access_rw, 1));
             am[r] = (now_us() - t) / k;
             t = now_us();
-            CK(cuMemUnmap(va2, (size_t)k * gran)); /* k mappings in one call */
+            CK(cu_.MemUnmap(va2, (size_t)k * gran)); /* k mappings in one call */
             au[r] = now_us() - t;
             t = now_us();
-            CK(cuMemUnmap(va, (size_t)k * gran));
+            CK(cu_.MemUnmap(va, (size_t)k * gran));
             u1[r] = now_us() - t;
             map_all(va, h, k);
             t = now_us();
             for (int i = 0; i < k; i++)
-                CK(cuMemSetAccess(va + (size_t)i * gran, gran, &access_rw, 1));
+                CK(cu_.MemSetAccess(va + (size_t)i * gran, gran, &access_rw, 1));
             ak[r] = (now_us() - t) / k;
             t = now_us();
             unmap_each(va, k);
@@ -126,25 +180,25 @@ static void scaling(CUdeviceptr va, CUdeviceptr va2, CUmemGenericAllocationHandl
     }
     t0 = now_us();
     for (int i = 0; i < NHANDLE; i++)
-        CK(cuMemRelease(h[i]));
+        CK(cu_.MemRelease(h[i]));
     printf("cuMemRelease: %.2f us per handle\n", (now_us() - t0) / NHANDLE);
     for (size_t mult = 4; mult <= 64; mult *= 4) {
         CUmemGenericAllocationHandle hb;
         double c, mm, aa, uu, rr;
         t0 = now_us();
-        CK(cuMemCreate(&hb, mult * gran, &prop, 0));
+        CK(cu_.MemCreate(&hb, mult * gran, &prop, 0));
         c = now_us() - t0;
         t0 = now_us();
-        CK(cuMemMap(va, mult * gran, 0, hb, 0));
+        CK(cu_.MemMap(va, mult * gran, 0, hb, 0));
         mm = now_us() - t0;
         t0 = now_us();
-        CK(cuMemSetAccess(va, mult * gran, &access_rw, 1));
+        CK(cu_.MemSetAccess(va, mult * gran, &access_rw, 1));
         aa = now_us() - t0;
         t0 = now_us();
-        CK(cuMemUnmap(va, mult * gran));
+        CK(cu_.MemUnmap(va, mult * gran));
         uu = now_us() - t0;
         t0 = now_us();
-        CK(cuMemRelease(hb));
+        CK(cu_.MemRelease(hb));
         rr = now_us() - t0;
         printf("one %3zu MiB handle: create %.1f, map %.1f, access %.1f, unmap %.1f, release "
                "%.1f us\n",
@@ -175,36 +229,36 @@ static void *background(void *arg)
     bg_t *b = arg;
     CUevent ev;
     double t0;
-    CK(cuCtxSetCurrent(ctx));
-    CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
-    CK(cuEventRecord(ev, 0));
+    CK(cu_.CtxSetCurrent(ctx));
+    CK(cu_.EventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CK(cu_.EventRecord(ev, 0));
     t0 = now_us();
     while (!b->stop) {
         switch (b->mode) {
         case BG_REMAP:
         case BG_MAP_UNMAP:
             for (int i = 0; i < NT && !b->stop; i++) {
-                CK(cuMemMap(b->va + (size_t)i * gran, gran, 0, b->h[i], 0));
+                CK(cu_.MemMap(b->va + (size_t)i * gran, gran, 0, b->h[i], 0));
                 if (b->mode == BG_REMAP)
-                    CK(cuMemSetAccess(b->va + (size_t)i * gran, gran, &access_rw, 1));
+                    CK(cu_.MemSetAccess(b->va + (size_t)i * gran, gran, &access_rw, 1));
             }
             for (int i = 0; i < NT; i++, b->ops++)
-                (void)cuMemUnmap(b->va + (size_t)i * gran, gran); /* those mapped */
+                (void)cu_.MemUnmap(b->va + (size_t)i * gran, gran); /* those mapped */
             break;
         case BG_CREATE: {
             CUmemGenericAllocationHandle h;
-            CK(cuMemCreate(&h, gran, &prop, 0));
-            CK(cuMemRelease(h));
+            CK(cu_.MemCreate(&h, gran, &prop, 0));
+            CK(cu_.MemRelease(h));
             b->ops++;
             break;
         }
         default:
-            (void)cuEventQuery(ev);
+            (void)cu_.EventQuery(ev);
             b->ops++;
         }
     }
     b->us = now_us() - t0;
-    CK(cuEventDestroy(ev));
+    CK(cu_.EventDestroy(ev));
     return NULL;
 }
 
@@ -212,8 +266,8 @@ static double foreground_round(CUdeviceptr va, const CUmemGenericAllocationHandl
 {
     double t = now_us(), per;
     for (int i = 0; i < NT; i++) {
-        CK(cuMemMap(va + (size_t)i * gran, gran, 0, h[i], 0));
-        CK(cuMemSetAccess(va + (size_t)i * gran, gran, &access_rw, 1));
+        CK(cu_.MemMap(va + (size_t)i * gran, gran, 0, h[i], 0));
+        CK(cu_.MemSetAccess(va + (size_t)i * gran, gran, &access_rw, 1));
     }
     per = (now_us() - t) / NT;
     unmap_each(va, NT);
@@ -224,8 +278,8 @@ static void threads(CUdeviceptr va, CUdeviceptr vb)
 {
     CUmemGenericAllocationHandle ha[NT], hb[NT];
     for (int i = 0; i < NT; i++) {
-        CK(cuMemCreate(&ha[i], gran, &prop, 0));
-        CK(cuMemCreate(&hb[i], gran, &prop, 0));
+        CK(cu_.MemCreate(&ha[i], gran, &prop, 0));
+        CK(cu_.MemCreate(&hb[i], gran, &prop, 0));
     }
     printf("\n%-34s %22s %26s\n", "map + set-access on this thread", "us per handle (median)",
            "the other thread's ops");
@@ -249,8 +303,8 @@ static void threads(CUdeviceptr va, CUdeviceptr vb)
                    b.ops ? b.us / (double)b.ops : 0.0);
     }
     for (int i = 0; i < NT; i++) {
-        CK(cuMemRelease(ha[i]));
-        CK(cuMemRelease(hb[i]));
+        CK(cu_.MemRelease(ha[i]));
+        CK(cu_.MemRelease(hb[i]));
     }
 }
 
@@ -271,21 +325,21 @@ static void cycle(CUdeviceptr va, CUmemAllocationHandleType types, int ndesc, do
     for (int r = 0; r < REPS; r++) {
         double t = now_us();
         for (int i = 0; i < NHANDLE; i++)
-            CK(cuMemCreate(&h[i], gran, &p, 0));
+            CK(cu_.MemCreate(&h[i], gran, &p, 0));
         v[0][r] = (now_us() - t) / NHANDLE;
         t = now_us();
         map_all(va, h, NHANDLE);
         v[1][r] = (now_us() - t) / NHANDLE;
         t = now_us();
         for (int i = 0; i < NHANDLE; i++) /* one call per handle: what growth does per run */
-            CK(cuMemSetAccess(va + (size_t)i * gran, gran, desc, (size_t)ndesc));
+            CK(cu_.MemSetAccess(va + (size_t)i * gran, gran, desc, (size_t)ndesc));
         v[2][r] = (now_us() - t) / NHANDLE;
         t = now_us();
         unmap_each(va, NHANDLE);
         v[3][r] = (now_us() - t) / NHANDLE;
         t = now_us();
         for (int i = 0; i < NHANDLE; i++)
-            CK(cuMemRelease(h[i]));
+            CK(cu_.MemRelease(h[i]));
         v[4][r] = (now_us() - t) / NHANDLE;
     }
     for (int k = 0; k < 5; k++)
@@ -299,11 +353,11 @@ static void devices_and_processes(CUdeviceptr va)
     const CUmemAllocationHandleType types[] = { CU_MEM_HANDLE_TYPE_NONE,
                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
     int count = 0, peer = 0, fd_ok = 0;
-    CK(cuDeviceGetCount(&count));
+    CK(cu_.DeviceGetCount(&count));
     if (count >= 2)
-        CK(cuDeviceCanAccessPeer(&peer, 1, 0));
-    CK(cuDeviceGetAttribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                            0));
+        CK(cu_.DeviceCanAccessPeer(&peer, 1, 0));
+    CK(cu_.DeviceGetAttribute(&fd_ok,
+                              CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
     printf(
         "\nper-handle cycle, %d handles of %zu KiB, medians of %d (us per handle); %d devices%s\n",
         NHANDLE, gran >> 10, REPS, count, peer ? ", 1 reaches 0" : "");
@@ -327,22 +381,22 @@ static void devices_and_processes(CUdeviceptr va)
         CUmemGenericAllocationHandle h;
         double e[REPS];
         p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        CK(cuMemCreate(&h, gran, &p, 0));
+        CK(cu_.MemCreate(&h, gran, &p, 0));
         for (int r = 0; r < REPS; r++) {
             int fd = -1;
             double t = now_us();
-            CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+            CK(cu_.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
             e[r] = now_us() - t;
             close(fd);
         }
-        CK(cuMemRelease(h));
+        CK(cu_.MemRelease(h));
         printf("cuMemExportToShareableHandle (POSIX fd): %.2f us\n", median(e, REPS));
     }
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: " TOOL " [--version]\n"
+    fprintf(f, "usage: " TOOL " [--help] [--version]\n"
                "Times the CUDA VMM calls on device 0: how they scale with handles per call and\n"
                "handle size, and whether two threads' calls overlap. Needs a GPU.\n");
 }
@@ -353,36 +407,42 @@ int main(int argc, char **argv)
     CUdevice dev;
     CUdeviceptr va, va2;
     CUmemGenericAllocationHandle *h;
+    char why[512];
     int opt;
+    cli_check_stdout_at_exit(TOOL);
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
         cli_other_option(TOOL, opt, usage);
     if (optind != argc) {
         usage(stderr);
         return 1;
     }
-    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS) {
+    if (cu_load(why, sizeof why) != 0) {
+        fprintf(stderr, TOOL ": no CUDA driver (%s)\n", why);
+        return 2;
+    }
+    if (cu_.Init(0) != CUDA_SUCCESS || cu_.DeviceGet(&dev, 0) != CUDA_SUCCESS) {
         fprintf(stderr, TOOL ": no CUDA device\n");
         return 2;
     }
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    CK(cu_.DevicePrimaryCtxRetain(&ctx, dev));
+    CK(cu_.CtxSetCurrent(ctx));
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
     access_rw.location = prop.location;
     access_rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CK(cu_.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
     h = malloc(NHANDLE * sizeof *h);
     if (h == NULL)
         return 3;
-    CK(cuMemAddressReserve(&va, (size_t)NHANDLE * gran, 0, 0, 0));
-    CK(cuMemAddressReserve(&va2, (size_t)NHANDLE * gran, 0, 0, 0));
+    CK(cu_.MemAddressReserve(&va, (size_t)NHANDLE * gran, 0, 0, 0));
+    CK(cu_.MemAddressReserve(&va2, (size_t)NHANDLE * gran, 0, 0, 0));
     scaling(va, va2, h);
     threads(va, va2);
     devices_and_processes(va);
-    CK(cuMemAddressFree(va, (size_t)NHANDLE * gran));
-    CK(cuMemAddressFree(va2, (size_t)NHANDLE * gran));
-    CK(cuDevicePrimaryCtxRelease(dev));
+    CK(cu_.MemAddressFree(va, (size_t)NHANDLE * gran));
+    CK(cu_.MemAddressFree(va2, (size_t)NHANDLE * gran));
+    CK(cu_.DevicePrimaryCtxRelease(dev));
     free(h);
     return 0;
 }

@@ -121,6 +121,7 @@ int main(int argc, char **argv)
     uint64_t gib = 8;
     int json = 0, c, rc = 0;
 
+    cli_check_stdout_at_exit(TOOL);
     while ((c = getopt_long(argc, argv, "b:jg:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b':
@@ -144,6 +145,11 @@ int main(int argc, char **argv)
     }
     if (backend == NULL)
         backend = backend_default();
+    if (!backend_known(backend)) {
+        fprintf(stderr, "vpmm-growth: --backend: '%s' is not one of %s\n", backend,
+                backend_names());
+        return 1;
+    }
     if (!json)
         printf("vpmm-growth: %zu GiB from empty\n", (size_t)gib);
     for (size_t i = 0; i < sizeof PATTERNS / sizeof PATTERNS[0] && rc == 0; i++)

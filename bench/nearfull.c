@@ -97,6 +97,7 @@ int main(int argc, char **argv)
     nf_result_t res;
     int c;
 
+    cli_check_stdout_at_exit(TOOL);
     while ((c = getopt_long(argc, argv, "s:o:d:c:g:l:p:jqrh", longopts, NULL)) != -1) {
         switch (c) {
         case 's':

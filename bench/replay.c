@@ -124,6 +124,11 @@ static void parse_args(int argc, char **argv, options_t *o)
     o->trace = argv[optind];
     if (o->backend == NULL)
         o->backend = backend_default();
+    if (!backend_known(o->backend)) {
+        fprintf(stderr, "vpmm-replay: --backend: '%s' is not one of %s\n", o->backend,
+                backend_names());
+        exit(EXIT_USAGE);
+    }
 }
 
 static void progress(size_t done, size_t total, int *last_pct)
@@ -387,8 +392,10 @@ static void print_table(const options_t *o, const trace_t *t, const backend_t *b
     printf("vpmm-replay: %s on %s\n", base_name(o->trace), backend_name(b));
     printf("  %-22s %zu (%zu mallocs, %zu frees, %zu stream%s)\n", "operations", t->nops,
            r->mallocs, r->frees, t->nstreams, t->nstreams == 1 ? "" : "s");
-    printf("  %-22s %.3f GB\n", "peak live", (double)t->peak_live / 1e9);
-    printf("  %-22s %.3f GB\n", "peak device memory", (double)r->br.peak_device / 1e9);
+    char sz[32];
+    printf("  %-22s %s\n", "peak live", cli_bytes((double)t->peak_live, 3, sz, sizeof sz));
+    printf("  %-22s %s\n", "peak device memory",
+           cli_bytes((double)r->br.peak_device, 3, sz, sizeof sz));
     if (r->ooms == 0)
         printf("  %-22s %.4f\n", "footprint", footprint(t, r));
     else
@@ -463,6 +470,7 @@ int main(int argc, char **argv)
     uint32_t timer;
     int rc;
 
+    cli_check_stdout_at_exit(TOOL);
     parse_args(argc, argv, &o);
     /* Before the trace is even read: a bad path must not cost a replay. */
     if (o.svg != NULL && cli_output_open(&svg, TOOL, "--svg", o.svg, o.trace) != 0)

@@ -45,6 +45,7 @@ static const series_t SERIES[4] = {
 typedef struct panel {
     double top, h;
     double ymax, step; /* bytes */
+    double unit;       /* the labels' unit, in bytes (KiB .. TiB) */
 } panel_t;
 
 static uint64_t value(const svg_point_t *p, int k)
@@ -68,16 +69,25 @@ static double nice_step(double range, double parts)
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
 }
 
-static void human_bytes(double bytes, char *buf, size_t len)
+/* The byte unit of an axis whose top is `top` (the library's units: powers of 1024). */
+static double axis_unit(double top)
 {
+    double u = 1024.0;
+    while (top >= 1024.0 * u && u < 1099511627776.0)
+        u *= 1024.0;
+    return u;
+}
+
+static void human_bytes(double bytes, double unit, char *buf, size_t len)
+{
+    const char *name = unit >= 1099511627776.0 ? "TiB"
+                       : unit >= 1073741824.0  ? "GiB"
+                       : unit >= 1048576.0     ? "MiB"
+                                               : "KiB";
     if (bytes == 0)
         snprintf(buf, len, "0");
-    else if (bytes >= 1e9)
-        snprintf(buf, len, "%.3g GB", bytes / 1e9);
-    else if (bytes >= 1e6)
-        snprintf(buf, len, "%.3g MB", bytes / 1e6);
     else
-        snprintf(buf, len, "%.3g kB", bytes / 1e3);
+        snprintf(buf, len, "%.3g %s", bytes / unit, name);
 }
 
 static void human_count(double n, char *buf, size_t len)
@@ -94,8 +104,10 @@ static void human_count(double n, char *buf, size_t len)
 
 static void panel_scale(panel_t *p, uint64_t peak)
 {
-    double top = peak < 1000000 ? 1e6 : (double)peak; /* an empty series still gets an axis */
-    p->step = nice_step(top, 6);
+    double top = peak < 1048576 ? 1048576.0 : (double)peak; /* an empty series gets an axis */
+    /* Steps of 1, 2 or 5 x 10^k in the axis's unit (MiB, GiB): round labels in that unit. */
+    p->unit = axis_unit(top);
+    p->step = nice_step(top / p->unit, 6) * p->unit;
     p->ymax = ceil(top / p->step) * p->step;
 }
 
@@ -118,7 +130,7 @@ static void draw_panel(FILE *f, const panel_t *p, const char *heading, size_t no
         double y = i * p->step;
         if (y > p->ymax * (1 + 1e-9))
             break;
-        human_bytes(y, lab, sizeof lab);
+        human_bytes(y, p->unit, lab, sizeof lab);
         fprintf(f,
                 "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' stroke='#ddd'/>"
                 "<text x='%d' y='%.1f' text-anchor='end'>%s</text>\n",
@@ -176,7 +188,7 @@ static void draw_series(FILE *f, const panel_t *p, const svg_point_t *pts, size_
 static void draw_legend(FILE *f, int k, int x, int y, uint64_t peak)
 {
     char lab[32];
-    human_bytes((double)peak, lab, sizeof lab);
+    human_bytes((double)peak, axis_unit((double)peak), lab, sizeof lab);
     fprintf(f,
             "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='%s' stroke-width='3' "
             "stroke-dasharray='%s'/><text x='%d' y='%d'>",
@@ -190,7 +202,7 @@ int svg_write(FILE *f, const char *title, const svg_point_t *pts, size_t n, size
 {
     uint64_t peak[4] = { 0 }, ymax;
     const int nphys = has_detail ? 3 : 2;
-    panel_t phys = { P1_TOP, P1_H, 0, 0 }, virt = { P1_TOP + P1_H + P2_GAP, P2_H, 0, 0 };
+    panel_t phys = { P1_TOP, P1_H, 0, 0, 0 }, virt = { P1_TOP + P1_H + P2_GAP, P2_H, 0, 0, 0 };
     const panel_t *lowest = has_detail ? &virt : &phys;
     const int h = (int)(lowest->top + lowest->h) + MB;
     double xstep = nice_step((double)(nops ? nops : 1), 8);

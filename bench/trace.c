@@ -2,12 +2,13 @@
  * trace.c — the trace loader of trace.h: parse, validate, resolve addresses to slots.
  *
  * Gzip input is read through zlib when the build found it (VPMM_HAVE_ZLIB), else through
- * `gzip -dc`. Compressed data that ends early (a copy cut short, a download interrupted) is
- * reported as truncated, also when the cut falls inside a line: the reader's verdict is asked
- * before a line's parse error is reported, since a cut line is no error of the trace's. Fields are
- * parsed by hand, not by scanf, which would take "-512" as 2^64 - 512. A small open-addressing
- * table maps a live block's address to its slot; freed slots are reused last-in first-out so
- * nslots stays the peak number of live blocks.
+ * `gzip -dc`; so is standard input ("-"), gzip or plain. A directory is refused as one. Compressed
+ * data that ends early (a copy cut short, a download interrupted) is reported as truncated, also
+ * when the cut falls inside a line: the reader's verdict is asked before a line's parse error is
+ * reported, since a cut line is no error of the trace's. Fields are parsed by hand, not by scanf,
+ * which would take "-512" as 2^64 - 512. A small open-addressing table maps a live block's address
+ * to its slot; freed slots are reused last-in first-out so nslots stays the peak number of live
+ * blocks.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef VPMM_HAVE_ZLIB
 #include <zlib.h>
@@ -37,12 +40,32 @@ static int ends_with_gz(const char *path)
     return len > 3 && strcmp(path + len - 3, ".gz") == 0;
 }
 
+/* Opens path ("-": standard input, gzip or plain). 0, or -1 with errno set (EISDIR for a
+ * directory, whose reading would otherwise fail as "corrupt compressed data"). */
 static int reader_open(reader_t *r, const char *path)
 {
+    struct stat st;
     memset(r, 0, sizeof *r);
     if (strcmp(path, "-") == 0) {
-        r->f = stdin;
+#ifdef VPMM_HAVE_ZLIB
+        /* zlib tells gzip data from plain text by its first bytes, on a pipe too. */
+        int fd = dup(STDIN_FILENO);
+        if (fd < 0 || (r->gz = gzdopen(fd, "rb")) == NULL) {
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
         return 0;
+#else
+        /* gzip -dcf passes plain data through and decompresses gzip data. */
+        r->f = popen("gzip -dcf", "r");
+        r->piped = 1;
+        return r->f ? 0 : -1;
+#endif
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        errno = EISDIR;
+        return -1;
     }
     r->gz_name = ends_with_gz(path);
 #ifdef VPMM_HAVE_ZLIB

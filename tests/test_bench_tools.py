@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test_bench_tools.py — the bench tools end to end, as a user runs them (host backend, no GPU).
 
-  test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT VPMM_NEARFULL [VPMM_SOAK]
+  test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT VPMM_NEARFULL VPMM_DRIVERCOST
+                      [VPMM_SOAK]
 
 --version and --help on every tool (the project's version, from CMakeLists.txt); a trace named
 `we"ird` or `a<b&c` leaves the JSON and the SVG well-formed; a truncated .gz and a negative size
@@ -167,6 +168,76 @@ class BenchTools(unittest.TestCase):
         r = self.replay("--svg", svg, self.write("neg.trace", "a 1000 -1 0\n"))
         self.assertEqual(r.returncode, 1)
         self.assertFalse(os.path.exists(svg))
+        # A timeline already there (an earlier run's) is left as it was, and no temporary file.
+        self.write("t.svg", "an earlier timeline")
+        r = self.replay("--svg", svg, self.write("neg.trace", "a 1000 -1 0\n"))
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(slurp(svg), "an earlier timeline")
+        self.assertEqual([n for n in os.listdir(self.dir.name) if ".tmp-" in n], [])
+        # A run that succeeds replaces it.
+        r = self.replay("--svg", svg, self.write("ok.trace", trace_text(n=4)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(slurp(svg).startswith("<svg"))
+
+    def test_units_are_the_librarys(self):
+        # Bytes in powers of 1024 (KiB, MiB, GiB), as vpmm's own messages, text and SVG alike.
+        svg = self.path("u.svg")
+        r = self.replay("--svg", svg, self.write("u.trace", trace_text(n=40)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"peak live\s+[0-9.]+ MiB\n")
+        self.assertRegex(r.stdout, r"peak device memory\s+[0-9.]+ MiB\n")
+        labels = slurp(svg)
+        self.assertIn(" MiB<", labels)
+        for decimal in (" GB", " MB", " kB"):
+            self.assertNotIn(decimal, r.stdout)
+            self.assertNotIn(decimal + "<", labels)
+
+    def test_unknown_backend_is_a_usage_error(self):
+        for tool, args in (("replay", ["--backend", "gpu", "x.trace"]),
+                           ("growth", ["--backend", "gpu"])):
+            r = run(tool, *args)
+            self.assertEqual(r.returncode, 1, (tool, r.stderr))
+            self.assertIn("--backend: 'gpu' is not one of host, cuda", r.stderr)
+        # A known backend this machine cannot open stays "unavailable" (2): the CUDA default of
+        # vpmm-checkpoint, as of the other tools, on a machine without a GPU.
+        r = run("checkpoint", "--regions", "10", "--reps", "1",
+                env={"CUDA_VISIBLE_DEVICES": ""})
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--backend host runs on the host emulation", r.stderr)
+
+    def test_trace_from_stdin_and_a_directory(self):
+        text = trace_text(n=8)
+        plain = self.write("s.trace", text)
+        packed = self.path("s.trace.gz")
+        with gzip.open(packed, "wt") as f:
+            f.write(text)
+        rows = []
+        for path in (plain, packed):
+            with open(path, "rb") as f:
+                r = subprocess.run([TOOLS["replay"], "--backend", "host", "--json", "-"], stdin=f,
+                                   capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rows.append(json.loads(r.stdout))
+        self.assertGreater(rows[0]["ops"], 0)
+        self.assertEqual(rows[1]["ops"], rows[0]["ops"])  # gzip on stdin is decompressed
+        r = self.replay(self.dir.name)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot open (Is a directory)", r.stderr)
+
+    def test_stdout_write_errors(self):
+        # Output that cannot be written (a full disk) is an error, whatever the tool.
+        if not os.access("/dev/full", os.W_OK):
+            self.skipTest("no /dev/full")
+        trace = self.write("ok.trace", trace_text(n=4))
+        cases = [("replay", ["--backend", "host", "--json", trace]),
+                 ("growth", ["--backend", "host", "--gib", "1", "--json"]),
+                 ("nearfull", ["--device-gib", "1", "--ops", "1000", "--json"])]
+        for tool, args in cases:
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([TOOLS[tool], *args], stdout=full, stderr=subprocess.PIPE,
+                                   text=True, timeout=300)
+            self.assertEqual(r.returncode, 1, (tool, r.stderr))
+            self.assertIn("writing the standard output failed", r.stderr)
 
     def test_failed_mallocs_exit_4_without_footprint(self):
         trace = self.write("big.trace", trace_text(n=40, free_every=1000))  # 160 MiB live
@@ -283,7 +354,7 @@ class BenchTools(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = [json.loads(l) for l in r.stdout.splitlines()]
         self.assertEqual([x["pattern"] for x in rows], ["one", "2mib", "128mib"])
-        r = run("checkpoint", "--json", "--regions", "10", "--reps", "2")
+        r = run("checkpoint", "--backend", "host", "--json", "--regions", "10", "--reps", "2")
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = [json.loads(l) for l in r.stdout.splitlines()]
         self.assertEqual(rows[0]["backend"], "vpmm/host")
@@ -709,11 +780,11 @@ class MultiGpuScripts(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    names = ("replay", "growth", "checkpoint", "nearfull", "soak")
+    names = ("replay", "growth", "checkpoint", "nearfull", "drivercost", "soak")
     while len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
         path = sys.argv.pop(1)
         TOOLS[names[len(TOOLS)]] = path
-    if len(TOOLS) < 4:
+    if len(TOOLS) < 5:
         sys.exit("usage: test_bench_tools.py VPMM_REPLAY VPMM_GROWTH VPMM_CHECKPOINT "
-                 "VPMM_NEARFULL [VPMM_SOAK]")
+                 "VPMM_NEARFULL VPMM_DRIVERCOST [VPMM_SOAK]")
     unittest.main()

@@ -2,12 +2,15 @@
  * test_bench_util.c — the bench tools' shared helpers (bench/escape.c, cli.c, timing.c) and the
  * SVG timeline (bench/svg.c): JSON and XML escaping of quotes, markup, control characters and
  * invalid UTF-8; numbers refused with the option named (a sign, junk, out of range); an output
- * file created at once and removed when the work failed; quantiles; and a timeline whose title is
- * escaped, whose x axis has labelled ticks and whose VA holes have a panel of their own.
+ * file created at once under a temporary name, renamed over the path after a successful run and
+ * removed after a failed one (an earlier result at the path stays); quantiles; and a timeline
+ * whose title is escaped, whose x axis has labelled ticks, whose byte labels are in the library's
+ * units, and whose VA holes have a panel of their own.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -128,6 +131,13 @@ static void test_numbers(void **state)
     assert_true(strlen(cli_version()) >= 5); /* "0.1.0" */
 }
 
+static mode_t current_umask(void)
+{
+    mode_t m = umask(0);
+    umask(m);
+    return m;
+}
+
 static void test_output_file(void **state)
 {
     cli_output_t o;
@@ -137,12 +147,23 @@ static void test_output_file(void **state)
     /* A path that cannot be created fails now, not after the work. */
     assert_int_equal(cli_output_open(&o, "t", "--svg", "/nonexistent-dir/x.svg", NULL), -1);
     assert_int_equal(cli_output_open(&o, "t", "--svg", "/tmp", NULL), -1); /* a directory */
-    /* Kept after a successful run. */
+    /* Written under a temporary name beside it, which becomes the path after a successful run. */
+    (void)unlink(path);
     assert_int_equal(cli_output_open(&o, "t", "--svg", path, "/nonexistent-input"), 0);
-    assert_int_equal(access(path, F_OK), 0); /* it exists from the start */
+    assert_non_null(o.tmp);
+    assert_int_equal(access(o.tmp, F_OK), 0); /* created from the start */
+    assert_int_equal(access(path, F_OK), -1);
     fputs("<svg/>\n", o.f);
-    assert_int_equal(cli_output_close(&o, 1), 0);
-    assert_int_equal(access(path, F_OK), 0);
+    {
+        char tmp[128];
+        struct stat st;
+        snprintf(tmp, sizeof tmp, "%s", o.tmp);
+        assert_int_equal(cli_output_close(&o, 1), 0);
+        assert_int_equal(access(tmp, F_OK), -1);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_size, 7);
+        assert_int_equal(st.st_mode & 0077, 0666 & 0077 & ~current_umask()); /* as fopen's */
+    }
     assert_int_equal(cli_output_close(&o, 1), 0); /* closed: nothing to do */
     /* The input itself (however named) is refused, and left as it was. */
     assert_int_equal(cli_output_open(&o, "t", "--svg", path, path), -1);
@@ -152,11 +173,19 @@ static void test_output_file(void **state)
         assert_int_equal(cli_output_open(&o, "t", "--svg", dotted, path), -1);
         assert_int_equal(access(path, F_OK), 0);
     }
-    /* Removed after a failed one: nothing left that looks like a result. */
+    /* A failed run leaves the path as it was (an earlier result stays), and no temporary. */
     assert_int_equal(cli_output_open(&o, "t", "--svg", path, NULL), 0);
     fputs("<svg", o.f);
     assert_int_equal(cli_output_close(&o, 0), 0);
-    assert_int_equal(access(path, F_OK), -1);
+    {
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_size, 7);
+    }
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(cli_output_open(&o, "t", "--svg", path, NULL), 0);
+    assert_int_equal(cli_output_close(&o, 0), 0);
+    assert_int_equal(access(path, F_OK), -1); /* nothing was there: nothing is */
     /* Never a file that is not a regular one (/dev/null stays). */
     assert_int_equal(cli_output_open(&o, "t", "--svg", "/dev/null", NULL), 0);
     assert_int_equal(cli_output_close(&o, 0), 0);
@@ -216,13 +245,16 @@ static void test_svg(void **state)
     assert_null(strstr(svg, ">260k</text>")); /* none past the end */
     assert_non_null(strstr(svg, ">operation (of 250000)</text>"));
     /* The holes have their own panel and axis: the physical one is scaled to the device's 1 GB
-     * (gridlines every 200 MB), not to the holes' 3 GB, which only the virtual one reaches. */
+     * (954 MiB: gridlines every 200 MiB), not to the holes' 2.77 GiB, which only the virtual one
+     * reaches (gridlines every 0.5 GiB, to 3 GiB). Units are the library's: powers of 1024. */
     assert_non_null(strstr(svg, "physical memory"));
     assert_non_null(strstr(svg, "virtual address space"));
-    assert_non_null(strstr(svg, ">200 MB</text>"));
-    assert_non_null(strstr(svg, ">3 GB</text>"));
-    assert_int_equal(occurrences(svg, ">3 GB</text>"), 1);
-    assert_non_null(strstr(svg, "VA holes between regions, peak 2.97 GB"));
+    assert_non_null(strstr(svg, ">200 MiB</text>"));
+    assert_non_null(strstr(svg, ">3 GiB</text>"));
+    assert_int_equal(occurrences(svg, ">3 GiB</text>"), 1);
+    assert_non_null(strstr(svg, "VA holes between regions, peak 2.77 GiB"));
+    assert_null(strstr(svg, " MB<"));
+    assert_null(strstr(svg, " GB<"));
     free(svg);
 
     /* Without detail (a baseline backend): no holes, no second panel. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "gpu_kernels.h"
 #include "soak.h"
 #include "timing.h"
@@ -145,6 +146,7 @@ int main(int argc, char **argv)
 
     g.argc = argc;
     g.argv = argv;
+    cli_check_stdout_at_exit("vpmm-soak");
     if (parse_options(argc, argv, &g.o) != 0)
         return SOAK_USAGE;
     g.pr = g.o.light ? profile_light : profile_full;
