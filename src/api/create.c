@@ -1,8 +1,9 @@
 /*
  * create.c — the API floor's pool creation: resolves the options, opens the backend the options
  * name (the backend factory: the only file above the backends that knows them) and hands the
- * driver to the core (vpmm_i_pool_create_on), with graph/'s hooks when graph/ is built in
- * (VPMM_WITH_GRAPHS); with driver_stats on, it wraps that driver in the counting decorator
+ * driver to the core (vpmm_i_pool_create_on), with the build's graph hooks
+ * (vpmm_i_graph_hooks(): graph/'s when it is built in, VPMM_WITH_GRAPHS; this floor never names
+ * graph/); with driver_stats on, it wraps that driver in the counting decorator
  * (backends/count/) first, so that other pools call their backend directly, at no cost.
  * Stateless; thread-safe as the calls it makes.
  */
@@ -11,12 +12,6 @@
 #include "api.h"
 #include "driver_count.h"
 #include "driver_host.h"
-#ifdef VPMM_HAVE_GRAPHS
-#include "graph.h"
-#define GRAPH_HOOKS (&vpmm_g_hooks)
-#else
-#define GRAPH_HOOKS NULL
-#endif
 
 /*
  * The CUDA backend found nothing to run on. Never a silent switch to host memory: say why, and
@@ -108,12 +103,12 @@ vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_po
     VPMM_CHECK(vpmm_i_options_resolve(config, &opt));
     VPMM_CHECK(open_driver(&opt, &drv));
     VPMM_CHECK(maybe_count(&opt, &drv, &owns));
-    return vpmm_i_pool_create_on(&opt, drv, owns, GRAPH_HOOKS, out_pool);
+    return vpmm_i_pool_create_on(&opt, drv, owns, vpmm_i_graph_hooks(), out_pool);
 }
 
 vpmm_status_t vpmm_a_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
                                     vpmm_pool_t **out)
 {
     VPMM_CHECK(maybe_count(opt, &drv, &owns_drv));
-    return vpmm_i_pool_create_on(opt, drv, owns_drv, GRAPH_HOOKS, out);
+    return vpmm_i_pool_create_on(opt, drv, owns_drv, vpmm_i_graph_hooks(), out);
 }

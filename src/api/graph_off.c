@@ -2,9 +2,16 @@
  * graph_off.c — the graph and checkpoint calls of include/vpmm.h in a build without graph/ and
  * checkpoint/ (VPMM_WITH_GRAPHS=OFF; compiled instead of them): each refuses with
  * VPMM_ERROR_NOT_SUPPORTED and says why in vpmm_last_error(), so that the library's exported
- * functions (src/vpmm.map) stay the same in every build. Stateless, thread-safe.
+ * functions (src/vpmm.map) stay the same in every build; and the build's graph hook table, none.
+ * Stateless, thread-safe.
  */
 #include "api.h"
+
+/* No graph hooks: a captured malloc is refused (src/api/malloc.c), the rest are no-ops. */
+const vpmm_graph_hooks_t *vpmm_i_graph_hooks(void)
+{
+    return NULL;
+}
 
 static vpmm_status_t off(const char *fn)
 {

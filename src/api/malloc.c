@@ -1,15 +1,13 @@
 /*
  * malloc.c — vpmm_malloc: the API floor decides who serves an allocation and calls down. A stream
- * being captured into a CUDA graph is served by its capture's graph pool (graph/), never the
- * shared pool; any other by the shared pool (the core: src/core/pool.c, vpmm_i_malloc_shared).
+ * being captured into a CUDA graph is served by its capture's graph pool (graph/, reached through
+ * the pool's graph hook table: this floor never names graph/), never the shared pool; any other
+ * by the shared pool (the core: src/core/pool.c, vpmm_i_malloc_shared).
  * The frame around both (validation, the capture query, the lock, the trace line, the
  * out-of-memory report) is the core's, inline (vpmm_i_malloc_enter/_leave in pool.h), so the hot
  * path makes one call into the core. Thread-safe: the pool lock is held from enter to leave.
  */
 #include "api.h"
-#ifdef VPMM_HAVE_GRAPHS
-#include "graph.h"
-#endif
 
 vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, void **out_ptr)
 {
@@ -20,14 +18,12 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     VPMM_CHECK(vpmm_i_malloc_enter(pool, "vpmm_malloc", size, stream, out_ptr, &c));
     if (VPMM_LIKELY(c.cap == VPMM_CAPTURE_NONE)) {
         st = vpmm_i_malloc_shared(pool, "vpmm_malloc", c.key, size, c.rsize, out_ptr, &pre);
+    } else if (pool->ghooks != NULL) {
+        st = pool->ghooks->capture_malloc(pool, c.key, c.capture_id, size, out_ptr);
     } else {
-#ifdef VPMM_HAVE_GRAPHS
-        st = vpmm_g_capture_malloc(pool, c.key, c.capture_id, size, out_ptr);
-#else
         vpmm_i_set_error("vpmm_malloc: the stream is being captured, and this vpmm was built "
                          "without graph support (VPMM_WITH_GRAPHS=OFF)");
         st = VPMM_ERROR_NOT_SUPPORTED;
-#endif
     }
     vpmm_i_malloc_leave(pool, &c, st, size, out_ptr);
     if (VPMM_UNLIKELY(pre.h != NULL))

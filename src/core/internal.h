@@ -215,13 +215,17 @@ void vpmm_i_malloc_end(vpmm_pool_t *p, const vpmm_malloc_call_t *c, vpmm_status_
 /* ---- hooks: the core calls graph/ through a table it owns ---------------------------------- */
 
 /*
- * graph/'s entry points for the core, set per pool at creation (vpmm_i_pool_create_on; the API
- * floor passes graph/'s table, vpmm_g_hooks, when graph/ is built in). NULL: no graph support
- * (VPMM_WITH_GRAPHS=OFF): each is a no-op. The core never names a graph/ function: this table is
- * its only way up. A captured malloc never comes here: the API floor routes it to graph/ itself
- * (src/api/malloc.c). Every hook runs under the pool lock.
+ * graph/'s entry points for the core and the API floor, set per pool at creation
+ * (vpmm_i_pool_create_on, with the table vpmm_i_graph_hooks() returns). NULL: no graph support
+ * (VPMM_WITH_GRAPHS=OFF): each is a no-op, and a captured malloc is refused. Neither the core nor
+ * the API floor names a graph/ function: this table is their only way to it, so graph/ and
+ * checkpoint/ sit above the core and below nothing of src/. Every hook runs under the pool lock.
  */
 typedef struct vpmm_graph_hooks {
+    /* vpmm_malloc on a stream being captured (capture_id): served from the capture's graph pool,
+     * made for it if vpmm has not seen the capture yet (src/api/malloc.c routes it here). */
+    vpmm_status_t (*capture_malloc)(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
+                                    size_t size, void **out_ptr);
     /* The arena capture_id allocates from, or NULL (a free during a capture asks). */
     vpmm_arena_t *(*capture_arena)(vpmm_pool_t *p, uint64_t capture_id);
     /* Returns the pages of graph pools whose last graph and handle are gone, and notices
@@ -233,5 +237,9 @@ typedef struct vpmm_graph_hooks {
     /* vpmm_stream_release: captures seen on stream are over (the stream is going away). */
     void (*stream_released)(vpmm_pool_t *p, vpmm_stream_key_t stream);
 } vpmm_graph_hooks_t;
+
+/* The hook table of this build: graph/'s (graph/capture.c) when it is built in, NULL in a build
+ * without it (src/api/graph_off.c). A link-time choice: the caller names neither. */
+const vpmm_graph_hooks_t *vpmm_i_graph_hooks(void);
 
 #endif /* VPMM_INTERNAL_H */

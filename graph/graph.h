@@ -90,12 +90,13 @@ vpmm_status_t vpmm_cap_new(vpmm_pool_t *p, vpmm_graphs_t *g, vpmm_graph_pool_t *
 
 /* ---- capture.c ----------------------------------------------------------------------------- */
 
-/* graph/'s hook table for the core (vpmm_graph_hooks_t): capture arena and stream release
- * (capture.c), collect and fini (graph_pool.c). The API floor hands it to every pool it creates. */
+/* graph/'s hook table (vpmm_graph_hooks_t): captured malloc, capture arena and stream release
+ * (capture.c), collect and fini (graph_pool.c); vpmm_i_graph_hooks() returns it, and the API
+ * floor hands it to every pool it creates. */
 extern const vpmm_graph_hooks_t vpmm_g_hooks;
-/* vpmm_malloc on a stream that is being captured (capture_id), routed here by the API floor
- * (src/api/malloc.c): served from the capture's graph pool, made for it if vpmm has not seen the
- * capture yet. Under the pool lock. */
+/* vpmm_malloc on a stream that is being captured (capture_id), through the hook table: served
+ * from the capture's graph pool, made for it if vpmm has not seen the capture yet. Under the
+ * pool lock. */
 vpmm_status_t vpmm_g_capture_malloc(vpmm_pool_t *p, vpmm_stream_key_t stream, uint64_t capture_id,
                                     size_t size, void **out_ptr);
 

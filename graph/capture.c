@@ -110,11 +110,17 @@ static void vpmm_g_stream_released(vpmm_pool_t *p, vpmm_stream_key_t stream)
 }
 
 const vpmm_graph_hooks_t vpmm_g_hooks = {
+    .capture_malloc = vpmm_g_capture_malloc,
     .capture_arena = vpmm_g_capture_arena,
     .collect = vpmm_g_collect,
     .fini = vpmm_g_fini,
     .stream_released = vpmm_g_stream_released,
 };
+
+const vpmm_graph_hooks_t *vpmm_i_graph_hooks(void)
+{
+    return &vpmm_g_hooks;
+}
 
 /* ---- public calls ------------------------------------------------------------------------- */
 
