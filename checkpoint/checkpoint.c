@@ -395,10 +395,8 @@ static void merge_walk(walk_t *wk, const vpmm_view_t *v, size_t nv)
             i++;
             continue;
         }
-        if (!in_run) {
+        if (!in_run) /* the run's end is found once; every path below sets in_run again */
             wk->run_end = run_end_from(v, nv, i);
-            in_run = 1;
-        }
         while (wk->k < wk->n && wk->w[wk->k].addr + wk->w[wk->k].size <= v[i].addr)
             wk->k++;
         if (agrees(wk, &v[i])) {

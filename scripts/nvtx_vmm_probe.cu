@@ -1,4 +1,5 @@
-// nvtx_vmm_probe.cu — which NVTX memory-API heaps does compute-sanitizer take? (docs/OBSERVABILITY.md)
+// nvtx_vmm_probe.cu — which NVTX memory-API heaps does compute-sanitizer take?
+// (docs/OBSERVABILITY.md)
 //
 // Each variant registers a sub-allocator heap and one 1000-byte region at its start, then a kernel
 // writes one byte just past the region and one byte 4 KiB in (both inside the heap, both mapped).
@@ -19,13 +20,16 @@
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtMem.h>
 
-__global__ void poke(unsigned char *p) { p[0] = 42; }
+__global__ void poke(unsigned char *p)
+{
+    p[0] = 42;
+}
 
 static nvtxDomainHandle_t domain;
 
 static nvtxMemHeapHandle_t heap_over(void *base, size_t size, unsigned usage)
 {
-    nvtxMemVirtualRangeDesc_t range = {size, base};
+    nvtxMemVirtualRangeDesc_t range = { size, base };
     nvtxMemHeapDesc_t d = {};
     d.extCompatID = NVTX_EXT_COMPATID_MEM;
     d.structSize = sizeof d;
@@ -38,7 +42,7 @@ static nvtxMemHeapHandle_t heap_over(void *base, size_t size, unsigned usage)
 
 static void region(nvtxMemHeapHandle_t heap, void *p, size_t n)
 {
-    nvtxMemVirtualRangeDesc_t range = {n, p};
+    nvtxMemVirtualRangeDesc_t range = { n, p };
     nvtxMemRegionsRegisterBatch_t b = {};
     b.extCompatID = NVTX_EXT_COMPATID_MEM;
     b.structSize = sizeof b;

@@ -5,12 +5,13 @@
 #
 #   bash scripts/setup.sh            # the build and the test suite
 #   bash scripts/setup.sh --fuzzer   # also clang and its runtimes: the fuzzer (tests/fuzz/run_ci.sh)
+#   bash scripts/setup.sh --lint     # also clang-format and the static analyzer (scripts/lint.sh)
 #   bash scripts/setup.sh --check    # only say what is missing (exit 1 if anything is)
 #
 # What: build-essential (gcc, g++ for nvcc, make, dpkg-dev), cmake (>= 3.20), libcmocka-dev (the
 # tests), pkg-config and file (test_package: the installed package and the Debian packages),
 # python3 (the Python tests), zlib1g-dev (gzipped traces read in-process); with --fuzzer also clang
-# and libclang-rt-dev. The sanitizer stages need nothing more: gcc brings ASan, UBSan and TSan.
+# and libclang-rt-dev; with --lint clang, clang-tools (scan-build) and clang-format. The sanitizer stages need nothing more: gcc brings ASan, UBSan and TSan.
 # The CUDA toolkit (headers, nvcc) is not a Debian package of the right version: it is checked,
 # not installed.
 #
@@ -25,13 +26,14 @@ check_only=0
 for arg in "$@"; do
     case "$arg" in
     --fuzzer) packages+=(clang libclang-rt-dev) ;;
+    --lint) packages+=(clang clang-tools clang-format) ;;
     --check) check_only=1 ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
         ;;
     *)
-        echo "setup.sh: unknown argument '$arg' (--fuzzer, --check, --help)" >&2
+        echo "setup.sh: unknown argument '$arg' (--fuzzer, --lint, --check, --help)" >&2
         exit 2
         ;;
     esac

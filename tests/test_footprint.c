@@ -112,8 +112,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_train),     cmocka_unit_test(test_bert_infer),
         cmocka_unit_test(test_llama_t5_train), cmocka_unit_test(test_llama_generate),
-        cmocka_unit_test(test_fsdp2_train),
-        cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_fsdp2_train),    cmocka_unit_test(test_synthetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

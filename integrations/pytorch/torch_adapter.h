@@ -52,9 +52,10 @@ enum { VTA_ALL = 0, VTA_SMALL = 1, VTA_LARGE = 2, VTA_NTYPES = 3 };
 /* The pool type of a block of a pool with its own allocator (size asked): PyTorch's small pool
  * for at most VTA_SMALL_SIZE once rounded to VPMM_ALIGNMENT, as the native allocator types it.
  * vpmm's own blocks are all "large": they live in its pages, of one size. */
-#define VTA_EXTERNAL_TYPE(size)                                                                 \
-    (((size) + VPMM_ALIGNMENT - 1) / VPMM_ALIGNMENT * VPMM_ALIGNMENT <= VTA_SMALL_SIZE ? VTA_SMALL \
-                                                                                        : VTA_LARGE)
+#define VTA_EXTERNAL_TYPE(size)                                                                    \
+    (((size) + VPMM_ALIGNMENT - 1) / VPMM_ALIGNMENT * VPMM_ALIGNMENT <= VTA_SMALL_SIZE             \
+         ? VTA_SMALL                                                                               \
+         : VTA_LARGE)
 
 /* c10::CachingDeviceAllocator::DeviceStats, field for field. How vpmm fills each is in
  * torch_adapter.c ("Statistics"). */

@@ -429,7 +429,8 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
                               VPMM_HANDLE_PAGES_MAX, "expected 1 to 512"));
         VPMM_CHECK(env_number("VPMM_SMALL_BYTES", &env_small, &small_src, 0, 0, SIZE_MAX, ""));
         VPMM_CHECK(env_default_stream(&env_default));
-        if (getenv("VPMM_TRACE_FILE") != NULL && getenv("VPMM_TRACE_FILE")[0] == '\0') {
+        const char *trace_file = getenv("VPMM_TRACE_FILE");
+        if (trace_file != NULL && trace_file[0] == '\0') {
             vpmm_i_set_error("VPMM_TRACE_FILE='': expected a file name");
             return VPMM_ERROR_INVALID_ENV;
         }

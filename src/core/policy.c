@@ -593,9 +593,10 @@ static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size
         if (st == VPMM_SUCCESS && need_alone > 0)
             st = overshoot(p, s, &alone, &need_alone);
         if (st == VPMM_SUCCESS && need_alone < need) {
-            vpmm_i_plan_fini(plan);
+            vpmm_plan_t loser = *plan;
             *plan = alone;
             need = need_alone;
+            vpmm_i_plan_fini(&loser);
         } else {
             vpmm_i_plan_fini(&alone);
         }

@@ -73,20 +73,19 @@ static vpmm_status_t table_create(vpmm_pool_t *p)
         goto oom;
     t->fd = memfd_create("vpmm-ipc-shares", MFD_CLOEXEC);
     if (t->fd < 0) {
+        const int err = errno;
         vpmm_i_set_error("vpmm_ipc_export: cannot create the share table (memfd_create: %s)",
-                         strerror(errno));
+                         strerror(err));
         free(t->free);
         free(t);
-        return errno == EMFILE || errno == ENFILE ? VPMM_ERROR_HOST_OUT_OF_MEMORY
-                                                  : VPMM_ERROR_NOT_SUPPORTED;
+        return err == EMFILE || err == ENFILE ? VPMM_ERROR_HOST_OUT_OF_MEMORY
+                                              : VPMM_ERROR_NOT_SUPPORTED;
     }
     if (ftruncate(t->fd, (off_t)bytes) != 0 ||
         (t->slots = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0)) ==
             MAP_FAILED) {
         close(t->fd);
-        free(t->free);
-        free(t);
-        goto oom;
+        goto oom; /* which frees t */
     }
     t->cap = FIRST_SLOTS;
     t->nonce = make_nonce(p);

@@ -135,8 +135,8 @@ static vpmm_status_t ring_grow(vpmm_strm_t *s)
         vpmm_i_set_error("out of host memory for stream markers");
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
-    for (uint64_t i = s->completed; i < s->recorded; i++)
-        ring[i % cap] = s->ring[i % s->ring_cap];
+    for (uint64_t i = s->completed; s->ring_cap != 0 && i < s->recorded; i++)
+        ring[i % cap] = s->ring[i % s->ring_cap]; /* none in flight before the first ring */
     free(s->ring);
     s->ring = ring;
     s->ring_cap = cap;

@@ -109,6 +109,7 @@ static unmap_job_t *collect(vpmm_pool_t *p, size_t *n, int *waiting)
             jobs[(*n)++] = (unmap_job_t){ z, z->addr + off, ph->size, 0, 0 };
             off += ph->size;
         }
+        VPMM_ASSERT(*n > 0); /* a zombie spans at least one handle: its loop made a job */
         jobs[*n - 1].last = 1;
         z->busy = 1;
         nz++;

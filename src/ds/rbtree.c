@@ -12,6 +12,7 @@
 #include "rbtree.h"
 
 #include "util.h"
+#include "vpmm_assert.h"
 
 /* (a1, a2) < (b1, b2), lexicographically. */
 static inline int key_less(uint64_t a1, uint64_t a2, uint64_t b1, uint64_t b2)
@@ -187,6 +188,8 @@ static void remove_fixup(vpmm_rbtree_t *t, vpmm_rb_node_t *x, vpmm_rb_node_t *xp
     while (x != t->root && !is_red(x)) {
         if (x == xp->left) {
             vpmm_rb_node_t *w = xp->right;
+            /* x is short of a black, so its sibling's side has one: w exists */
+            VPMM_ASSERT(w != NULL);
             if (w->red) { /* case 1 */
                 w->red = 0;
                 xp->red = 1;
@@ -211,6 +214,7 @@ static void remove_fixup(vpmm_rbtree_t *t, vpmm_rb_node_t *x, vpmm_rb_node_t *xp
             rotate_left(t, xp);
         } else {
             vpmm_rb_node_t *w = xp->left;
+            VPMM_ASSERT(w != NULL); /* as on the left */
             if (w->red) {
                 w->red = 0;
                 xp->red = 1;
