@@ -392,6 +392,26 @@ static void cu_ctx_leave(int pushed)
         cu_ctx_leave(pushed_);                                                                     \
     } while (0)
 
+/*
+ * The check -> call -> translate step of most entry points, written once (as NCCL's CUDACHECK):
+ * run the call (CU_IN_CTX, or CU_RELAXED for the calls a global capture would refuse) and, when
+ * the driver refuses, return cu_fail's verdict for it, naming the driver call.
+ */
+#define CU_CHECK(cd, expr, call)                                                                   \
+    do {                                                                                           \
+        CUresult r_;                                                                               \
+        CU_IN_CTX((cd), r_, (expr));                                                               \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return cu_fail((cd), r_, (call));                                                      \
+    } while (0)
+#define CU_CHECK_RELAXED(cd, expr, call)                                                           \
+    do {                                                                                           \
+        CUresult r_;                                                                               \
+        CU_RELAXED((cd), r_, (expr));                                                              \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return cu_fail((cd), r_, (call));                                                      \
+    } while (0)
+
 /* ---- entry points ------------------------------------------------------------------------- */
 
 static vpmm_dres_t cu_granularity(vpmm_driver_t *d, size_t *out_bytes)
@@ -406,10 +426,7 @@ static vpmm_dres_t cu_va_reserve(vpmm_driver_t *d, size_t size, size_t align, ui
     if (size == 0 || cu_misaligned(cd, size) || cu_misaligned(cd, align))
         return cu_invalid(cd, "cuMemAddressReserve");
     CUdeviceptr va = 0;
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_address_reserve(&va, size, align, 0, 0));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemAddressReserve");
+    CU_CHECK_RELAXED(cd, g_cu.mem_address_reserve(&va, size, align, 0, 0), "cuMemAddressReserve");
     *out_va = (uintptr_t)va;
     return VPMM_DRV_OK;
 }
@@ -419,10 +436,7 @@ static vpmm_dres_t cu_va_free(vpmm_driver_t *d, uintptr_t va, size_t size)
     cuda_driver_t *cd = cuda_of(d);
     if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
         return cu_invalid(cd, "cuMemAddressFree");
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_address_free((CUdeviceptr)va, size));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemAddressFree");
+    CU_CHECK_RELAXED(cd, g_cu.mem_address_free((CUdeviceptr)va, size), "cuMemAddressFree");
     return VPMM_DRV_OK;
 }
 
@@ -432,10 +446,7 @@ static vpmm_dres_t cu_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handle_
     if (size == 0 || cu_misaligned(cd, size))
         return cu_invalid(cd, "cuMemCreate");
     CUmemGenericAllocationHandle h = 0;
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_create(&h, size, &cd->prop, 0));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemCreate");
+    CU_CHECK_RELAXED(cd, g_cu.mem_create(&h, size, &cd->prop, 0), "cuMemCreate");
     *out_handle = (vpmm_drv_handle_t)h;
     return VPMM_DRV_OK;
 }
@@ -443,10 +454,7 @@ static vpmm_dres_t cu_mem_create(vpmm_driver_t *d, size_t size, vpmm_drv_handle_
 static vpmm_dres_t cu_mem_release(vpmm_driver_t *d, vpmm_drv_handle_t handle)
 {
     cuda_driver_t *cd = cuda_of(d);
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_release((CUmemGenericAllocationHandle)handle));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemRelease");
+    CU_CHECK_RELAXED(cd, g_cu.mem_release((CUmemGenericAllocationHandle)handle), "cuMemRelease");
     return VPMM_DRV_OK;
 }
 
@@ -473,10 +481,7 @@ static vpmm_dres_t cu_mem_unmap(vpmm_driver_t *d, uintptr_t va, size_t size)
     cuda_driver_t *cd = cuda_of(d);
     if (va == 0 || size == 0 || cu_misaligned(cd, va) || cu_misaligned(cd, size))
         return cu_invalid(cd, "cuMemUnmap");
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_unmap((CUdeviceptr)va, size));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemUnmap");
+    CU_CHECK_RELAXED(cd, g_cu.mem_unmap((CUdeviceptr)va, size), "cuMemUnmap");
     return VPMM_DRV_OK;
 }
 
@@ -511,10 +516,8 @@ static vpmm_dres_t cu_set_access(vpmm_driver_t *d, uintptr_t va, size_t size, co
             return cu_invalid(cd, "cuMemSetAccess");
         desc[i + 1] = cu_access_desc(peers[i], CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     }
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, desc, npeers + 1));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemSetAccess");
+    CU_CHECK_RELAXED(cd, g_cu.mem_set_access((CUdeviceptr)va, size, desc, npeers + 1),
+                     "cuMemSetAccess");
     return VPMM_DRV_OK;
 }
 
@@ -526,10 +529,7 @@ static vpmm_dres_t cu_revoke_access(vpmm_driver_t *d, uintptr_t va, size_t size,
         cu_bad_peer(cd, peer) || peer == d->device)
         return cu_invalid(cd, "cuMemSetAccess");
     CUmemAccessDesc desc = cu_access_desc(peer, CU_MEM_ACCESS_FLAGS_PROT_NONE);
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_set_access((CUdeviceptr)va, size, &desc, 1));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemSetAccess");
+    CU_CHECK_RELAXED(cd, g_cu.mem_set_access((CUdeviceptr)va, size, &desc, 1), "cuMemSetAccess");
     return VPMM_DRV_OK;
 }
 
@@ -543,10 +543,7 @@ static vpmm_dres_t cu_get_access(vpmm_driver_t *d, uintptr_t va, int device, int
     loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
     loc.id = device;
     unsigned long long flags = 0;
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_get_access(&flags, &loc, (CUdeviceptr)va));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemGetAccess");
+    CU_CHECK_RELAXED(cd, g_cu.mem_get_access(&flags, &loc, (CUdeviceptr)va), "cuMemGetAccess");
     *out_rw = flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     return VPMM_DRV_OK;
 }
@@ -667,10 +664,7 @@ static vpmm_dres_t cu_mem_import(vpmm_driver_t *d, const vpmm_drv_shareable_t *i
 static vpmm_dres_t cu_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
 {
     cuda_driver_t *cd = cuda_of(d);
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.event_destroy((CUevent)event));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuEventDestroy");
+    CU_CHECK_RELAXED(cd, g_cu.event_destroy((CUevent)event), "cuEventDestroy");
     return VPMM_DRV_OK;
 }
 
@@ -678,10 +672,7 @@ static vpmm_dres_t cu_event_destroy(vpmm_driver_t *d, vpmm_drv_event_t event)
 static vpmm_dres_t cu_event_record(vpmm_driver_t *d, vpmm_drv_event_t event, vpmm_stream_t stream)
 {
     cuda_driver_t *cd = cuda_of(d);
-    CUresult r;
-    CU_IN_CTX(cd, r, g_cu.event_record((CUevent)event, (CUstream)stream));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuEventRecord");
+    CU_CHECK(cd, g_cu.event_record((CUevent)event, (CUstream)stream), "cuEventRecord");
     return VPMM_DRV_OK;
 }
 
@@ -758,10 +749,7 @@ static vpmm_dres_t cu_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *o
 {
     cuda_driver_t *cd = cuda_of(d);
     size_t free_bytes = 0, total_bytes = 0;
-    CUresult r;
-    CU_RELAXED(cd, r, g_cu.mem_get_info(&free_bytes, &total_bytes));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuMemGetInfo");
+    CU_CHECK_RELAXED(cd, g_cu.mem_get_info(&free_bytes, &total_bytes), "cuMemGetInfo");
     *out_free = free_bytes;
     *out_total = total_bytes;
     return VPMM_DRV_OK;
@@ -770,10 +758,7 @@ static vpmm_dres_t cu_mem_get_info(vpmm_driver_t *d, size_t *out_free, size_t *o
 static vpmm_dres_t cu_synchronize(vpmm_driver_t *d)
 {
     cuda_driver_t *cd = cuda_of(d);
-    CUresult r;
-    CU_IN_CTX(cd, r, g_cu.ctx_synchronize());
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuCtxSynchronize");
+    CU_CHECK(cd, g_cu.ctx_synchronize(), "cuCtxSynchronize");
     return VPMM_DRV_OK;
 }
 
@@ -800,10 +785,7 @@ static vpmm_dres_t cu_end_capture(vpmm_driver_t *d, vpmm_stream_t stream, vpmm_g
     if (out_graph == NULL)
         return cu_invalid(cd, "cuStreamEndCapture");
     CUgraph graph = NULL;
-    CUresult r;
-    CU_IN_CTX(cd, r, g_cu.stream_end_capture((CUstream)stream, &graph));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuStreamEndCapture");
+    CU_CHECK(cd, g_cu.stream_end_capture((CUstream)stream, &graph), "cuStreamEndCapture");
     *out_graph = (vpmm_graph_t)graph;
     return VPMM_DRV_OK;
 }
@@ -840,10 +822,7 @@ static vpmm_dres_t cu_graph_retain_user_object(vpmm_driver_t *d, vpmm_graph_t gr
 static vpmm_dres_t cu_user_object_release(vpmm_driver_t *d, vpmm_drv_uobj_t obj)
 {
     cuda_driver_t *cd = cuda_of(d);
-    CUresult r;
-    CU_IN_CTX(cd, r, g_cu.user_object_release((CUuserObject)obj, 1));
-    if (r != CUDA_SUCCESS)
-        return cu_fail(cd, r, "cuUserObjectRelease");
+    CU_CHECK(cd, g_cu.user_object_release((CUuserObject)obj, 1), "cuUserObjectRelease");
     return VPMM_DRV_OK;
 }
 
