@@ -6,7 +6,7 @@ files and any folder of a lower layer, never one of its own layer (sideways) or 
 (upward):
 
     src/api/ -> checkpoint/ -> graph/ -> src/core/ -> src/backends/{cuda,host,fault,count}/
-      -> src/driver/ -> src/ds/
+      -> src/driver/ -> src/ds/ -> src/base/
 
 graph/ and checkpoint/ are at the top level, a layer of their own above the core. The API floor
 includes nothing of theirs: the one edge it has to graph/ is the link-time call of
@@ -55,6 +55,7 @@ LAYERS = [
     ("src/backends/cuda", "src/backends/host", "src/backends/fault", "src/backends/count"),
     ("src/driver",),
     ("src/ds",),
+    ("src/base",),
     ("include",),
 ]
 # Folders only some others may use, whatever their rank: the backends are reached through the

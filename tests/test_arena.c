@@ -71,9 +71,9 @@ static void *amalloc(tpool_t *t, vpmm_arena_t *a, vpmm_stream_t s, size_t size)
     return ptr;
 }
 
-static vpmm_strm_t *strm(tpool_t *t, vpmm_stream_t s)
+static vpmm_stream_rec_t *strm(tpool_t *t, vpmm_stream_t s)
 {
-    vpmm_strm_t *r;
+    vpmm_stream_rec_t *r;
     vpmm_i_lock(t->pool);
     r = vpmm_i_stream_get(t->pool, vpmm_i_stream_key(t->pool, s));
     vpmm_i_unlock(t->pool);
@@ -473,7 +473,7 @@ static void test_free_is_stream_ordered(void **state)
     tpool_t t;
     vpmm_arena_t *a;
     vpmm_stream_t s, o;
-    vpmm_strm_t *ss;
+    vpmm_stream_rec_t *ss;
     vpmm_side_t *side;
     vpmm_region_t *r;
     void *x, *y, *z;
@@ -555,7 +555,7 @@ static void test_capture_pending_frees(void **state)
     vpmm_graph_pool_t *gp;
     vpmm_arena_t *a;
     vpmm_stream_t s;
-    vpmm_strm_t *ss;
+    vpmm_stream_rec_t *ss;
     vpmm_graph_t g1, g2;
     vpmm_region_t *ra, *rb;
     void *A, *B, *C, *D;
@@ -681,7 +681,7 @@ static void test_free_while_capturing_into_another_arena(void **state)
     vpmm_graph_pool_t *gp1, *gp2;
     vpmm_arena_t *a1;
     vpmm_stream_t s, s2;
-    vpmm_strm_t *ss;
+    vpmm_stream_rec_t *ss;
     vpmm_graph_t g1, g2, g3;
     vpmm_region_t *r;
     void *x;
@@ -758,7 +758,7 @@ static void test_side_table_growth(void **state)
     }
     /* Reserving a listed stream adds nothing; more streams grow the table again. */
     {
-        vpmm_strm_t *s0 = strm(&t, st[0]);
+        vpmm_stream_rec_t *s0 = strm(&t, st[0]);
         vpmm_status_t rs;
         vpmm_i_lock(t.pool);
         rs = vpmm_i_side_reserve(a, s0);
@@ -767,7 +767,7 @@ static void test_side_table_growth(void **state)
     }
     assert_int_equal(a->nside, 6);
     for (int i = 0; i < 5; i++) {
-        vpmm_strm_t *n = strm(&t, vpmm_host_stream_create(t.host));
+        vpmm_stream_rec_t *n = strm(&t, vpmm_host_stream_create(t.host));
         assert_null(vpmm_i_side_find(a, n));
         vpmm_i_lock(t.pool);
         nside = vpmm_i_side_reserve(a, n) == VPMM_SUCCESS ? a->nside : 0;
@@ -797,7 +797,7 @@ static void test_dissolve_with_live_and_free_regions(void **state)
     tpool_t t;
     vpmm_arena_t *a;
     vpmm_stream_t s, o;
-    vpmm_strm_t *so;
+    vpmm_stream_rec_t *so;
     vpmm_counters_t ac;
     vpmm_stats_t before, after;
     vpmm_region_t *r;
@@ -885,7 +885,7 @@ static void test_dissolve_ends_capture_pending(void **state)
     tpool_t t;
     vpmm_arena_t *a;
     vpmm_stream_t s;
-    vpmm_strm_t *ss;
+    vpmm_stream_rec_t *ss;
     vpmm_region_t *r;
     void *x, *y;
     (void)state;
@@ -1003,7 +1003,7 @@ static void test_rewrite(void **state)
     tpool_t t;
     vpmm_arena_t *a;
     vpmm_stream_t s, o;
-    vpmm_strm_t *ss, *so;
+    vpmm_stream_rec_t *ss, *so;
     vpmm_counters_t ac, pc;
     vpmm_region_t *ra, *rc, *rest, *r;
     vpmm_status_t st;
@@ -1166,7 +1166,7 @@ static void test_rewrite_allocation_is_freeable(void **state)
     tpool_t t;
     vpmm_arena_t *a;
     vpmm_stream_t s;
-    vpmm_strm_t *n;
+    vpmm_stream_rec_t *n;
     vpmm_region_t *r;
     int has_side;
     void *x;

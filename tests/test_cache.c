@@ -7,9 +7,9 @@
  */
 #include "test_util.h"
 
-static vpmm_strm_t *strm(tpool_t *t, vpmm_stream_t s)
+static vpmm_stream_rec_t *strm(tpool_t *t, vpmm_stream_t s)
 {
-    vpmm_strm_t *r;
+    vpmm_stream_rec_t *r;
     vpmm_i_lock(t->pool);
     r = vpmm_i_stream_get(t->pool, vpmm_i_stream_key(t->pool, s));
     vpmm_i_unlock(t->pool);

@@ -13,7 +13,7 @@
 typedef struct fixture {
     tpool_t t;
     vpmm_stream_t a, b;
-    vpmm_strm_t *sa, *sb;
+    vpmm_stream_rec_t *sa, *sb;
     uintptr_t base;
 } fixture_t;
 
@@ -65,7 +65,7 @@ static void test_fit_nowait_prefers_best_then_own(void **state)
 
 static void plan_for(fixture_t *f, vpmm_stream_t s, size_t size, vpmm_plan_t *plan)
 {
-    vpmm_strm_t *st = vpmm_i_stream_get(f->t.pool, vpmm_i_stream_key(f->t.pool, s));
+    vpmm_stream_rec_t *st = vpmm_i_stream_get(f->t.pool, vpmm_i_stream_key(f->t.pool, s));
     memset(plan, 0, sizeof *plan);
     assert_int_equal(vpmm_i_plan_make(f->t.pool, st, size, 0, 0, plan), VPMM_SUCCESS);
 }

@@ -28,7 +28,7 @@ static void test_lookup_and_cache(void **state)
 {
     tpool_t t;
     vpmm_stream_t a, b;
-    vpmm_strm_t *sa, *sb;
+    vpmm_stream_rec_t *sa, *sb;
     (void)state;
     tpool_open(&t, NULL);
     a = vpmm_host_stream_create(t.host);
@@ -48,7 +48,7 @@ static void test_mark_is_lazy_and_idempotent(void **state)
 {
     tpool_t t;
     vpmm_stream_t a;
-    vpmm_strm_t *s;
+    vpmm_stream_rec_t *s;
     void *x;
     (void)state;
     tpool_open(&t, NULL);
@@ -73,7 +73,7 @@ static void test_poll_promotes_in_order(void **state)
 {
     tpool_t t;
     vpmm_stream_t a;
-    vpmm_strm_t *s;
+    vpmm_stream_rec_t *s;
     void *x, *sep, *y;
     (void)state;
     tpool_open(&t, NULL);
@@ -117,7 +117,7 @@ static void test_ring_grows_and_events_are_reused(void **state)
 {
     tpool_t t;
     vpmm_stream_t a;
-    vpmm_strm_t *s;
+    vpmm_stream_rec_t *s;
     (void)state;
     tpool_open(&t, NULL);
     a = vpmm_host_stream_create(t.host);
@@ -147,7 +147,7 @@ static void test_no_marker_on_capturing_stream(void **state)
 {
     tpool_t t;
     vpmm_stream_t a;
-    vpmm_strm_t *s;
+    vpmm_stream_rec_t *s;
     uint64_t id;
     (void)state;
     tpool_open(&t, NULL);

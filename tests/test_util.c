@@ -222,14 +222,14 @@ void assert_driver_matches_pool(const tpool_t *t)
     const vpmm_pool_t *p = t->pool;
     vpmm_fault_live_t live;
     size_t zombie_maps = 0, events = p->idle_count;
-    const vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    const vpmm_stream_rec_t *lists[2] = { p->streams, p->retired };
 
     /* A zombie is a run of whole handles, each one driver mapping. */
     for (const vpmm_region_t *z = p->zombie_head; z; z = z->qnext)
         for (uintptr_t at = z->addr; at < z->addr + z->size; zombie_maps++)
             at += vpmm_i_phys_at(p, at)->size;
     for (int l = 0; l < 2; l++)
-        for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
+        for (const vpmm_stream_rec_t *s = lists[l]; s; s = s->next)
             events += (size_t)(s->recorded - s->completed);
     vpmm_fault_live(t->fault, &live);
     assert_int_equal(live.handles, p->phys_count + p->nunreleased + p->import_handles);

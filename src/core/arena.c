@@ -112,7 +112,7 @@ unsigned vpmm_i_arena_captures(const vpmm_arena_t *a)
 
 /* ---- per-stream side trees ---------------------------------------------------------------- */
 
-vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s)
+vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_stream_rec_t *s)
 {
     if (vpmm_i_side_find(a, s) != NULL)
         return VPMM_SUCCESS;
@@ -178,7 +178,7 @@ vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_k
                                   size_t size, void **out_ptr)
 {
     const size_t rsize = vpmm_round_up_checked(size, VPMM_ALIGNMENT); /* checked by vpmm_malloc */
-    vpmm_strm_t *s = vpmm_i_stream_get(p, stream);
+    vpmm_stream_rec_t *s = vpmm_i_stream_get(p, stream);
     vpmm_region_t *r;
     vpmm_status_t st;
 
@@ -230,7 +230,7 @@ vpmm_status_t vpmm_i_arena_malloc(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_k
 /* Whether s is being captured into a right now (a driver query; never fails a free). Another
  * thread's per-thread stream cannot be asked from here: then the marker rule applies, which is
  * never earlier (no marker is recorded for it while a capture is in progress, stream.c). */
-static int capturing_into(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_strm_t *s)
+static int capturing_into(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_stream_rec_t *s)
 {
     vpmm_capture_status_t cap;
     uint64_t id;
@@ -245,7 +245,7 @@ static int capturing_into(vpmm_pool_t *p, vpmm_arena_t *a, const vpmm_strm_t *s)
 void vpmm_i_arena_free(vpmm_pool_t *p, vpmm_region_t *r)
 {
     vpmm_arena_t *a = vpmm_i_arena_of(r);
-    vpmm_strm_t *s = r->stream;
+    vpmm_stream_rec_t *s = r->stream;
 
     vpmm_i_region_set_free(p, r, s);
     if (capturing_into(p, a, s)) {

@@ -27,7 +27,7 @@
  */
 #include "pool.h"
 
-int vpmm_i_cache_put(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_region_t *r)
+int vpmm_i_cache_put(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_region_t *r)
 {
     void **slot;
     /* A retired stream takes no new markers: its frees take the ordinary path. */
@@ -54,7 +54,7 @@ int vpmm_i_cache_put(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_region_t *r)
 }
 
 /* Undoes a cached region's accounting; it stays state FREE, unlinked and unindexed. */
-static void uncache(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_region_t *r)
+static void uncache(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_region_t *r)
 {
     r->cached = 0;
     r->qnext = NULL;
@@ -64,7 +64,7 @@ static void uncache(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_region_t *r)
     p->c.free_bytes -= r->size;
 }
 
-vpmm_region_t *vpmm_i_cache_take(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
+vpmm_region_t *vpmm_i_cache_take(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size)
 {
     void **slot = vpmm_hmap_ref(&s->cache, size);
     vpmm_region_t *r;
@@ -76,7 +76,7 @@ vpmm_region_t *vpmm_i_cache_take(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
     return r;
 }
 
-void vpmm_i_cache_flush(vpmm_pool_t *p, vpmm_strm_t *s)
+void vpmm_i_cache_flush(vpmm_pool_t *p, vpmm_stream_rec_t *s)
 {
     vpmm_region_t *chain = NULL;
     size_t pos;
@@ -116,12 +116,12 @@ void vpmm_i_cache_flush(vpmm_pool_t *p, vpmm_strm_t *s)
 
 void vpmm_i_cache_flush_all(vpmm_pool_t *p)
 {
-    for (vpmm_strm_t *s = p->streams; s; s = s->next)
+    for (vpmm_stream_rec_t *s = p->streams; s; s = s->next)
         if (s->cache.count != 0)
             vpmm_i_cache_flush(p, s);
 }
 
-void vpmm_i_cache_missed(vpmm_pool_t *p, vpmm_strm_t *s)
+void vpmm_i_cache_missed(vpmm_pool_t *p, vpmm_stream_rec_t *s)
 {
     if (s->cached_bytes != 0 && s->cached_bytes >= p->cache_stale)
         vpmm_i_cache_flush(p, s);

@@ -329,7 +329,7 @@ static void check_chunks(const vpmm_pool_t *p, sums_t *s, arena_sums_t *as, size
 }
 
 /* I7 for the cache: each list holds cached FREE regions of this stream, all of its key's size. */
-static size_t check_cache(const vpmm_strm_t *t, checker_t *k)
+static size_t check_cache(const vpmm_stream_rec_t *t, checker_t *k)
 {
     size_t n = 0, bytes = 0, pos;
     uint64_t key;
@@ -351,14 +351,14 @@ static size_t check_cache(const vpmm_strm_t *t, checker_t *k)
     return n;
 }
 
-static void check_stream(const vpmm_pool_t *p, const vpmm_strm_t *t, const vpmm_hmap_t *refs,
+static void check_stream(const vpmm_pool_t *p, const vpmm_stream_rec_t *t, const vpmm_hmap_t *refs,
                          size_t *npending, size_t *ncached, checker_t *k)
 {
     size_t n = 0, bytes = 0, dirty = 0;
     *ncached += check_cache(t, k);
     if ((t->owner != 0) != (t->handle == VPMM_STREAM_PER_THREAD))
         fail(k, "I10: stream %p has owner %" PRIu64, (void *)t->handle, t->owner);
-    for (const vpmm_strm_t *u = p->streams; u && !t->retired; u = u->next)
+    for (const vpmm_stream_rec_t *u = p->streams; u && !t->retired; u = u->next)
         if (u != t && u->handle == t->handle && u->owner == t->owner)
             fail(k, "I10: two records for stream %p of thread %" PRIu64, (void *)t->handle,
                  t->owner);
@@ -574,12 +574,12 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
     for (size_t i = 0; i < nas; i++)
         check_arena(pool, &as[i], &k);
     free(as);
-    for (const vpmm_strm_t *t = pool->streams; t; t = t->next, nlive++) {
+    for (const vpmm_stream_rec_t *t = pool->streams; t; t = t->next, nlive++) {
         if (t->retired)
             fail(&k, "retired stream %p on the live list", (void *)t->handle);
         check_stream(pool, t, &refs, &npending, &ncached, &k);
     }
-    for (const vpmm_strm_t *t = pool->retired; t; t = t->next)
+    for (const vpmm_stream_rec_t *t = pool->retired; t; t = t->next)
         check_stream(pool, t, &refs, &npending, &ncached, &k);
     if (nlive != pool->stream_count)
         fail(&k, "stream count %zu != %zu listed", pool->stream_count, nlive);

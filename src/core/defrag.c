@@ -106,11 +106,11 @@ void vpmm_i_reclaim_zombies(vpmm_pool_t *p, int poll)
 
 /* Other streams the caller must wait for: the latest marker of each whose memory it takes. */
 typedef struct wait_need {
-    vpmm_strm_t *stream;
+    vpmm_stream_rec_t *stream;
     uint64_t seq;
 } wait_need_t;
 
-static size_t collect_waits(const vpmm_plan_t *plan, const vpmm_strm_t *s, wait_need_t *w)
+static size_t collect_waits(const vpmm_plan_t *plan, const vpmm_stream_rec_t *s, wait_need_t *w)
 {
     size_t n = 0;
     for (size_t i = 0; i < plan->nruns; i++) {
@@ -196,7 +196,7 @@ static vpmm_status_t create_new(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_phys_t *
     return vpmm_i_pages_create_from(p, plan->nnew, 1, pages, pre);
 }
 
-vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
+vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t *plan,
                             vpmm_precreated_t *pre, vpmm_region_t **out_span)
 {
     const size_t pg = p->page_size;

@@ -25,9 +25,9 @@
 #include "util.h"
 #include "vpmm.h"
 
-typedef struct vpmm_arena vpmm_arena_t;   /* a pool of memory: shared, or a graph pool's */
-typedef struct vpmm_strm vpmm_strm_t;     /* a tracked stream */
-typedef struct vpmm_region vpmm_region_t; /* a region of a VA chunk */
+typedef struct vpmm_arena vpmm_arena_t;           /* a pool of memory: shared, or a graph pool's */
+typedef struct vpmm_stream_rec vpmm_stream_rec_t; /* a tracked stream */
+typedef struct vpmm_region vpmm_region_t;         /* a region of a VA chunk */
 
 /* ---- the pool (pool_base.c) --------------------------------------------------------------- */
 
@@ -65,8 +65,8 @@ static inline int vpmm_i_stream_key_here(vpmm_stream_key_t k)
     return k.owner == 0 || k.owner == vpmm_i_thread_token();
 }
 /* The tracked stream for key, created on first sight; NULL if the host is out of memory. */
-vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key);
-vpmm_stream_key_t vpmm_i_stream_key_of(const vpmm_strm_t *s);
+vpmm_stream_rec_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key);
+vpmm_stream_key_t vpmm_i_stream_key_of(const vpmm_stream_rec_t *s);
 /* The legacy default stream (NULL, or CU_STREAM_LEGACY = 0x1): never captured, driver.h rule 6.
  * Ask it of a canonical handle (a key's): stream 0 of a per-thread program is not legacy. */
 static inline int vpmm_i_stream_is_legacy(vpmm_stream_t s)
@@ -77,7 +77,7 @@ static inline int vpmm_i_stream_is_legacy(vpmm_stream_t s)
  * that has unmarked frees (streams being captured, and other threads' per-thread streams, are
  * skipped), then polls every stream (retired ones too) except `except`: pending memory whose
  * work is done becomes ready. NULL polls them all. */
-void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except);
+void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_stream_rec_t *except);
 /* Releases deferred frees (vpmm_record_stream) whose other streams' work is done: they become
  * ordinary free memory. Records markers and queries events: not during a capture. */
 void vpmm_i_uses_release(vpmm_pool_t *p);
@@ -142,7 +142,7 @@ typedef struct vpmm_span {
     uintptr_t addr;
     size_t size;
     size_t requested;
-    vpmm_strm_t *stream;
+    vpmm_stream_rec_t *stream;
 } vpmm_span_t;
 
 /* Makes room so that rewrites of arena a creating up to nregions regions, among them the

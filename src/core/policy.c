@@ -55,7 +55,8 @@ static vpmm_region_t *fit_shared(const vpmm_rbtree_t *t, uint64_t key)
     return region_of(n);
 }
 
-vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size)
+vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_rec_t *s,
+                                  size_t size)
 {
     vpmm_side_t *side = vpmm_i_side_find(a, s);
     vpmm_region_t *own = side ? region_of(vpmm_rb_lower_bound(&side->tree, size, 0)) : NULL;
@@ -66,7 +67,7 @@ vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *
     return better(own, ready);
 }
 
-static vpmm_region_t *fit_nowait_key(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t key)
+static vpmm_region_t *fit_nowait_key(vpmm_pool_t *p, vpmm_stream_rec_t *s, uint64_t key)
 {
     vpmm_region_t *own = fit_shared(&s->free_tree, key);
     vpmm_region_t *ready = fit_shared(&p->shared.ready, key);
@@ -76,28 +77,28 @@ static vpmm_region_t *fit_nowait_key(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t ke
     return better(own, ready);
 }
 
-static vpmm_region_t *fit_wait_key(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t key)
+static vpmm_region_t *fit_wait_key(vpmm_pool_t *p, vpmm_stream_rec_t *s, uint64_t key)
 {
     vpmm_region_t *best = NULL;
-    vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    vpmm_stream_rec_t *lists[2] = { p->streams, p->retired };
     for (int l = 0; l < 2; l++)
-        for (vpmm_strm_t *t = lists[l]; t; t = t->next)
+        for (vpmm_stream_rec_t *t = lists[l]; t; t = t->next)
             if (t != s)
                 best = better(best, fit_shared(&t->free_tree, key));
     return best;
 }
 
-vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
+vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size)
 {
     return fit_nowait_key(p, s, vpmm_i_fit_key(p, size));
 }
 
-vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size)
+vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size)
 {
     return fit_wait_key(p, s, vpmm_i_fit_key(p, size));
 }
 
-vpmm_region_t *vpmm_i_fit_across(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, int wait)
+vpmm_region_t *vpmm_i_fit_across(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size, int wait)
 {
     const uint64_t key = vpmm_i_fit_key(p, size) ^ VPMM_KEY_SMALL;
     return wait ? fit_wait_key(p, s, key) : fit_nowait_key(p, s, key);
@@ -117,7 +118,7 @@ static size_t pages_for(size_t bytes, size_t pg)
 
 /* A free neighbour the span may absorb: ready, or (shared arena) pending on the caller's stream.
  * In a private arena only ready memory: the span becomes ready memory of the arena. */
-static int usable(const vpmm_region_t *r, const vpmm_strm_t *s)
+static int usable(const vpmm_region_t *r, const vpmm_stream_rec_t *s)
 {
     if (r == NULL || r->state != VPMM_REGION_FREE || r->uses != NULL)
         return 0; /* a deferred free (uses.c) is nobody's until its gates complete */
@@ -175,7 +176,7 @@ static void consider(const vpmm_pool_t *p, span_search_t *q, size_t k, vpmm_regi
     best->map_at = map_at;
 }
 
-static void choose_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t supply,
+static void choose_span(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size, size_t supply,
                         vpmm_plan_t *plan)
 {
     const size_t pg = p->page_size;
@@ -291,22 +292,23 @@ static int by_age(const void *a, const void *b)
 }
 
 /* A stream whose pending memory can be moved: its marker exists, or can be recorded now. */
-static int markable(vpmm_pool_t *p, const vpmm_strm_t *t)
+static int markable(vpmm_pool_t *p, const vpmm_stream_rec_t *t)
 {
     if (t->retired || t->dirty_regions == 0)
         return 1;
     return vpmm_i_stream_markable(p, t);
 }
 
-static vpmm_status_t harvest_others(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, size_t *need)
+static vpmm_status_t harvest_others(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t *plan,
+                                    size_t *need)
 {
-    vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    vpmm_stream_rec_t *lists[2] = { p->streams, p->retired };
     vpmm_region_t **cand = NULL;
     size_t n = 0, cap = 0;
     vpmm_status_t st = VPMM_SUCCESS;
 
     for (int l = 0; l < 2; l++) {
-        for (vpmm_strm_t *t = lists[l]; t; t = t->next) {
+        for (vpmm_stream_rec_t *t = lists[l]; t; t = t->next) {
             if (t == s || t->pending_bytes < p->page_size || !markable(p, t))
                 continue;
             for (vpmm_rb_node_t *nd = vpmm_rb_lower_bound(&t->free_tree, p->page_size, 0); nd;
@@ -434,7 +436,7 @@ static vpmm_status_t harvest_idle_private(vpmm_pool_t *p, vpmm_plan_t *plan, siz
  * pool run one after another, as with any reuse — then ready shared memory, known complete: it
  * moves without a marker, a wait or a query, which a capture forbids.
  */
-static vpmm_status_t harvest(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, size_t *need)
+static vpmm_status_t harvest(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t *plan, size_t *need)
 {
     vpmm_arena_t *a = plan->arena;
     vpmm_status_t st;
@@ -461,7 +463,8 @@ static vpmm_status_t harvest(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, 
 }
 
 /* Whole free pages the harvest could give to a span that absorbs no neighbour. */
-static vpmm_status_t harvest_supply(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_arena_t *a, size_t *out)
+static vpmm_status_t harvest_supply(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_arena_t *a,
+                                    size_t *out)
 {
     vpmm_plan_t scratch;
     size_t need = SIZE_MAX;
@@ -521,7 +524,8 @@ static void find_bigger(const vpmm_pool_t *p, const vpmm_plan_t *plan, const vpm
  * handle they belong to (the near-full rule, docs/ALGORITHM.md). The span must have the room:
  * upwards in its hole without a right neighbour, downwards without a left one.
  */
-static vpmm_status_t overshoot(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan, size_t *need)
+static vpmm_status_t overshoot(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t *plan,
+                               size_t *need)
 {
     const size_t pg = p->page_size;
     bigger_t b = { NULL, 0, SIZE_MAX };
@@ -564,7 +568,7 @@ static vpmm_status_t overshoot(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan
 /* A span (choose_span with `supply`) and its harvest; nnew is what is left to create. With
  * `supply` set (the fewest-created plan), a handle larger than what is left may be moved whole
  * (overshoot). */
-static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t supply,
+static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size, size_t supply,
                                vpmm_plan_t *plan)
 {
     vpmm_arena_t *a = plan->arena;
@@ -612,8 +616,8 @@ static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size
 
 /* The plan, under the cap: the fewest pages mapped, unless that creates more than the cap allows
  * (or fewest_new asks for it): then the fewest pages created. */
-static vpmm_status_t plan_within_cap(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, int fewest_new,
-                                     vpmm_plan_t *plan)
+static vpmm_status_t plan_within_cap(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size,
+                                     int fewest_new, vpmm_plan_t *plan)
 {
     size_t supply;
     if (!fewest_new) {
@@ -626,7 +630,7 @@ static vpmm_status_t plan_within_cap(vpmm_pool_t *p, vpmm_strm_t *s, size_t size
     return cap_check(p, plan);
 }
 
-vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t ours,
+vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size, size_t ours,
                                int fewest_new, vpmm_plan_t *plan)
 {
     plan->arena = &p->shared;
@@ -635,8 +639,8 @@ vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size
     return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size,
-                                       int fewest_new, vpmm_plan_t *plan)
+vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_rec_t *s,
+                                       size_t size, int fewest_new, vpmm_plan_t *plan)
 {
     plan->arena = a;
     VPMM_CHECK(plan_within_cap(p, s, size, fewest_new, plan));

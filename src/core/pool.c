@@ -256,7 +256,7 @@ static size_t precreated_bytes(const vpmm_precreated_t *pre)
  */
 /* Phase 1c's step: stream s waits on the GPU for the marker covering the owner's use of free
  * region r (recorded first if it is the next one). 0 if the marker or the wait fails. */
-static int wait_for_owner(vpmm_pool_t *p, vpmm_strm_t *s, const vpmm_region_t *r)
+static int wait_for_owner(vpmm_pool_t *p, vpmm_stream_rec_t *s, const vpmm_region_t *r)
 {
     if (vpmm_i_stream_mark(p, r->stream, r->seq) != VPMM_SUCCESS ||
         vpmm_i_drv_status(p, p->drv->stream_wait_event(p->drv, s->handle,
@@ -267,11 +267,11 @@ static int wait_for_owner(vpmm_pool_t *p, vpmm_strm_t *s, const vpmm_region_t *r
     return 1;
 }
 
-static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
+static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t rsize,
                                           vpmm_region_t **out, vpmm_precreated_t *pre);
 
 /* One attempt of the slow path within the request's size class (malloc_slow_in_class). */
-static vpmm_status_t slow_in_class_once(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
+static vpmm_status_t slow_in_class_once(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t rsize,
                                         vpmm_region_t **out, vpmm_precreated_t *pre)
 {
     vpmm_plan_t plan;
@@ -341,7 +341,7 @@ static vpmm_status_t slow_in_class_once(vpmm_pool_t *p, vpmm_strm_t *s, size_t r
  * could not move: vpmm_i_region_join_across) and tries again: free whole pages serve whatever
  * handle they belong to (the near-full rule, docs/ALGORITHM.md). Each retry joins at least one
  * region, so the retries end. */
-static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize,
+static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t rsize,
                                           vpmm_region_t **out, vpmm_precreated_t *pre)
 {
     vpmm_status_t st = slow_in_class_once(p, s, rsize, out, pre);
@@ -356,8 +356,8 @@ static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_strm_t *s, size_t
  * choose where blocks go, they never cause an out-of-memory one pool of both would not report.
  * Own and ready memory first, then other streams' (a GPU-side wait), as in phases 1a-1c.
  */
-static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_strm_t *s, size_t rsize, vpmm_region_t **out,
-                                 vpmm_precreated_t *pre)
+static vpmm_status_t malloc_slow(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t rsize,
+                                 vpmm_region_t **out, vpmm_precreated_t *pre)
 {
     vpmm_status_t st = malloc_slow_in_class(p, s, rsize, out, pre);
     vpmm_region_t *r;
@@ -386,7 +386,7 @@ vpmm_status_t vpmm_i_malloc_shared(vpmm_pool_t *pool, const char *fn, vpmm_strea
                                    vpmm_precreated_t *pre)
 {
     vpmm_region_t *r;
-    vpmm_strm_t *s;
+    vpmm_stream_rec_t *s;
     vpmm_status_t st;
 
     s = vpmm_i_stream_get(pool, key);
@@ -471,7 +471,7 @@ vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
     vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
     vpmm_dres_t dres = VPMM_DRV_OK;
     vpmm_stream_key_t key;
-    vpmm_strm_t *s;
+    vpmm_stream_rec_t *s;
     vpmm_status_t st;
     if (pool == NULL) {
         vpmm_i_set_error("vpmm_stream_release: pool is NULL");

@@ -93,7 +93,7 @@ typedef enum vpmm_oom_cause {
 typedef struct vpmm_record vpmm_record_t; /* record.c */
 typedef struct vpmm_chunk vpmm_chunk_t;
 typedef struct vpmm_region vpmm_region_t;
-typedef struct vpmm_strm vpmm_strm_t;
+typedef struct vpmm_stream_rec vpmm_stream_rec_t;
 typedef struct vpmm_phys vpmm_phys_t;
 typedef struct vpmm_arena vpmm_arena_t;
 typedef struct vpmm_worker vpmm_worker_t; /* worker.c */
@@ -109,7 +109,7 @@ typedef struct vpmm_share_slot {
 #define VPMM_SHARE_GEN(w)   ((uint32_t)((w) >> 32))
 #define VPMM_SHARE_COUNT(w) ((uint32_t)(w))
 
-/* vpmm_strm_t.device before the driver was asked (stream.c, "Devices"). */
+/* vpmm_stream_rec_t.device before the driver was asked (stream.c, "Devices"). */
 #define VPMM_STREAM_DEVICE_UNKNOWN (-1)
 
 /* The seq of a private pending region reusable by its stream only until the capture into its
@@ -133,8 +133,8 @@ struct vpmm_chunk {
  * of each that must complete before its memory is reused (uses.c). An entry with no stream is
  * the allocation's share slot (share.c): other processes may map it while its count is not 0. */
 struct vpmm_use {
-    vpmm_strm_t *stream; /* holds a reference (refs); NULL: a share slot */
-    uint64_t seq;        /* deferred FREE: the gate, marker `seq` of stream; a share: the slot */
+    vpmm_stream_rec_t *stream; /* holds a reference (refs); NULL: a share slot */
+    uint64_t seq; /* deferred FREE: the gate, marker `seq` of stream; a share: the slot */
 };
 typedef struct vpmm_uses {
     size_t n, cap;
@@ -155,8 +155,8 @@ struct vpmm_region {
                                      tree */
     vpmm_region_t *qprev, *qnext; /* pending FREE: stream pending list; cached FREE: its cache
                                      list; ZOMBIE: zombie list */
-    vpmm_strm_t *stream;          /* ALLOCATED: allocating stream; pending FREE: freeing stream;
-                                     ZOMBIE: stream whose marker guards it (NULL: already safe) */
+    vpmm_stream_rec_t *stream;    /* ALLOCATED: allocating stream; pending FREE: freeing stream;
+                               ZOMBIE: stream whose marker guards it (NULL: already safe) */
     uint64_t seq;                 /* pending FREE and ZOMBIE: the marker that covers it (or
                                      VPMM_SEQ_CAPTURE) */
     size_t requested;             /* ALLOCATED: the caller's size */
@@ -166,7 +166,7 @@ struct vpmm_region {
 };
 
 /* What the pool knows about one application stream. */
-struct vpmm_strm {
+struct vpmm_stream_rec {
     vpmm_stream_t handle;
     uint64_t owner; /* per-thread handle: the thread whose stream it is (internal.h), else 0 */
     vpmm_rbtree_t
@@ -185,7 +185,7 @@ struct vpmm_strm {
     int retired;          /* vpmm_stream_release was called: no new markers, freed once refs==0 */
     int device;           /* VPMM_STREAM_DEVICE_UNKNOWN until its first marker asks the driver;
                              then its device: another than the pool's takes events made on it */
-    vpmm_strm_t *next;
+    vpmm_stream_rec_t *next;
 };
 
 /* One physical allocation (driver handle) of one or more whole pages; moved only as a whole. */
@@ -214,8 +214,8 @@ typedef struct vpmm_counters {
 
 /* A private arena's pending FREE regions of one stream (I7). */
 typedef struct vpmm_side {
-    vpmm_strm_t *stream; /* compared only: a reused stream record takes the entry over */
-    vpmm_rbtree_t tree;  /* keyed (size, addr) */
+    vpmm_stream_rec_t *stream; /* compared only: a reused stream record takes the entry over */
+    vpmm_rbtree_t tree;        /* keyed (size, addr) */
 } vpmm_side_t;
 
 /*
@@ -264,9 +264,9 @@ struct vpmm_pool {
     vpmm_drv_handle_t *unreleased; /* unmapped handles whose release failed (trim.c) */
     size_t nunreleased, unreleased_cap;
 
-    vpmm_strm_t *streams;     /* live (not retired) streams */
-    vpmm_strm_t *retired;     /* retired streams still referenced */
-    vpmm_strm_t *last_stream; /* lookup cache for the hot path */
+    vpmm_stream_rec_t *streams;     /* live (not retired) streams */
+    vpmm_stream_rec_t *retired;     /* retired streams still referenced */
+    vpmm_stream_rec_t *last_stream; /* lookup cache for the hot path */
     size_t stream_count;
 
     vpmm_drv_event_t *idle_events; /* created events not in any ring, reused for markers */
@@ -438,7 +438,7 @@ int vpmm_i_free_mergeable(const vpmm_region_t *a, const vpmm_region_t *b);
 vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr);
 
 /* Marks an unindexed region FREE: pending on s (seq = its next marker) or ready if s is NULL. */
-void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s);
+void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_stream_rec_t *s);
 
 /* The shared arena's ready free regions next to free regions pending on stream s, where the
  * boundary between them runs through a page or a handle, made pending on s and coalesced: the
@@ -447,7 +447,7 @@ void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s);
  * streams then wait for s's marker, as for s's own frees. Returns how many regions it joined.
  * The near-full rule's step (docs/ALGORITHM.md): free whole pages the caller may use are never
  * left out because a state boundary cuts their handle. */
-size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_strm_t *s);
+size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_stream_rec_t *s);
 
 /*
  * Size classes (docs/ALGORITHM.md, "Small blocks in pages of their own"). A request of fewer than
@@ -470,7 +470,7 @@ static inline uint64_t vpmm_i_fit_key(const vpmm_pool_t *p, size_t rsize)
 }
 
 /* Turns an unindexed region into an allocation of stream s. */
-static inline void vpmm_i_make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s,
+static inline void vpmm_i_make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_stream_rec_t *s,
                                          size_t requested)
 {
     r->state = VPMM_REGION_ALLOCATED;
@@ -482,8 +482,9 @@ static inline void vpmm_i_make_allocated(vpmm_pool_t *p, vpmm_region_t *r, vpmm_
 }
 
 /* Takes `rsize` bytes from the start of the indexed FREE region r for stream s. */
-static inline vpmm_region_t *vpmm_i_allocate_from(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s,
-                                                  size_t rsize, size_t requested)
+static inline vpmm_region_t *vpmm_i_allocate_from(vpmm_pool_t *p, vpmm_region_t *r,
+                                                  vpmm_stream_rec_t *s, size_t rsize,
+                                                  size_t requested)
 {
     if (r->size > rsize)
         r = vpmm_i_free_take_front(p, r, rsize); /* the rest keeps its place and state */
@@ -499,49 +500,49 @@ static inline vpmm_region_t *vpmm_i_allocate_from(vpmm_pool_t *p, vpmm_region_t 
  * the legacy stream when s is another thread's per-thread stream (stream.c, "Identity"). Refuses
  * (VPMM_ERROR_STREAM_CAPTURING) on a stream being captured, whose marker would be a graph node,
  * and the legacy substitute while any capture is in progress. */
-vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq);
+vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_stream_rec_t *s, uint64_t seq);
 /* Whether vpmm_i_stream_mark could record a marker for s now (one capture query at most):
  * VPMM_SUCCESS, VPMM_ERROR_STREAM_CAPTURING, or the failed query's status; and as a boolean. */
-vpmm_status_t vpmm_i_stream_can_mark(vpmm_pool_t *p, const vpmm_strm_t *s);
-int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s);
+vpmm_status_t vpmm_i_stream_can_mark(vpmm_pool_t *p, const vpmm_stream_rec_t *s);
+int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_stream_rec_t *s);
 /* Whether a GPU-side wait may be enqueued on s now: not on the legacy stream while a capture is
  * in progress (legacy work would invalidate it). */
-int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_strm_t *s);
+int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_stream_rec_t *s);
 /* Flushes the caches and records a marker (the legacy-stream substitute) for every other
  * thread's per-thread stream with unmarked frees, unless a capture is in progress: for a caller
  * that wants every free page back (vpmm_trim). */
 void vpmm_i_stream_mark_foreign(vpmm_pool_t *p);
 
 /* The event of an in-flight marker (completed <= seq < recorded). */
-vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq);
+vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_stream_rec_t *s, uint64_t seq);
 
 /* Queries s's in-flight markers in order and promotes its completed pending regions to ready. */
-void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s);
+void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_stream_rec_t *s);
 
 /* Whether s's stream may be named by its handle here (stream.c, "Identity"). */
-static inline int vpmm_i_stream_here(const vpmm_strm_t *s)
+static inline int vpmm_i_stream_here(const vpmm_stream_rec_t *s)
 {
     return vpmm_i_stream_key_here(vpmm_i_stream_key_of(s));
 }
 
 /* Frees record s: destroys its in-flight markers (first failure returned), drops its arenas'
  * side entries. s is on no list any more. */
-vpmm_status_t vpmm_i_stream_free(vpmm_pool_t *p, vpmm_strm_t *s);
+vpmm_status_t vpmm_i_stream_free(vpmm_pool_t *p, vpmm_stream_rec_t *s);
 
 /* Whether marker seq of s is known complete. */
-static inline int vpmm_i_stream_done(const vpmm_strm_t *s, uint64_t seq)
+static inline int vpmm_i_stream_done(const vpmm_stream_rec_t *s, uint64_t seq)
 {
     return s->completed > seq;
 }
 
 /* Pending-list and reference bookkeeping used by the index (defined in region.c, which keeps
  * them: below stream.c). */
-void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r);
-void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r);
-void vpmm_i_stream_unref(vpmm_pool_t *p, vpmm_strm_t *s);
+void vpmm_i_stream_pending_add(vpmm_stream_rec_t *s, vpmm_region_t *r);
+void vpmm_i_stream_pending_del(vpmm_stream_rec_t *s, vpmm_region_t *r);
+void vpmm_i_stream_unref(vpmm_pool_t *p, vpmm_stream_rec_t *s);
 
 /* vpmm_stream_release's work (under the lock). */
-vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s);
+vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_stream_rec_t *s);
 
 /* Destroys every stream's events and frees all stream records (pool destruction). */
 vpmm_status_t vpmm_i_stream_fini_all(vpmm_pool_t *p);
@@ -553,15 +554,15 @@ void vpmm_i_event_put(vpmm_pool_t *p, vpmm_drv_event_t ev);
 /* ---- exact-size cache (cache.c) ------------------------------------------------------------ */
 
 /* Caches an unindexed, just-freed region on its stream; -1 (nothing changed) if it cannot. */
-int vpmm_i_cache_put(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_region_t *r);
+int vpmm_i_cache_put(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_region_t *r);
 /* A cached region of exactly `size` bytes of stream s, uncached and unindexed; or NULL. */
-vpmm_region_t *vpmm_i_cache_take(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+vpmm_region_t *vpmm_i_cache_take(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size);
 /* Returns a stream's (every stream's) cached regions to the ordinary free states, coalesced. */
-void vpmm_i_cache_flush(vpmm_pool_t *p, vpmm_strm_t *s);
+void vpmm_i_cache_flush(vpmm_pool_t *p, vpmm_stream_rec_t *s);
 void vpmm_i_cache_flush_all(vpmm_pool_t *p);
 /* A malloc on s found no block of its size in s's cache: flushes that cache if it holds at least
  * cache_stale bytes (its sizes are presumed stale: the program's shapes changed). */
-void vpmm_i_cache_missed(vpmm_pool_t *p, vpmm_strm_t *s);
+void vpmm_i_cache_missed(vpmm_pool_t *p, vpmm_stream_rec_t *s);
 /* Recomputes cache_limit and cache_stale after mapped_bytes changed. */
 void vpmm_i_cache_limit_update(vpmm_pool_t *p);
 
@@ -694,14 +695,15 @@ vpmm_region_t *vpmm_i_hole_carve(vpmm_pool_t *p, vpmm_region_t *hole, uintptr_t 
 /* ---- allocation policy (policy.c) ---------------------------------------------------------- */
 
 /* Phase 1a: best fit among regions s may use without waiting (its own pending ones, ready ones). */
-vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+vpmm_region_t *vpmm_i_fit_nowait(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size);
 /* Phase 1c: best fit among other streams' pending regions (a GPU-side wait makes them usable). */
-vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_strm_t *s, size_t size);
+vpmm_region_t *vpmm_i_fit_wait(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size);
 /* Best fit in the other size class (I13) when memory ran short: as vpmm_i_fit_nowait, or with
  * `wait` as vpmm_i_fit_wait. */
-vpmm_region_t *vpmm_i_fit_across(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, int wait);
+vpmm_region_t *vpmm_i_fit_across(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size, int wait);
 /* A private arena's best fit for s: its ready regions and s's side tree (no wait, no query). */
-vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size);
+vpmm_region_t *vpmm_i_fit_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_rec_t *s,
+                                  size_t size);
 
 /* One run of fully free pages to move: [addr, addr + npages*page) inside FREE region src. */
 typedef struct vpmm_harvest {
@@ -733,12 +735,12 @@ void vpmm_i_plan_fini(vpmm_plan_t *plan);
  * then idle private arenas' ready memory, then other streams oldest first). `ours` is device
  * memory this malloc already created (vpmm_precreated_t), which the device no longer counts free
  * but the plan may use. VPMM_ERROR_OUT_OF_MEMORY when no plan fits under the cap. */
-vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_strm_t *s, size_t size, size_t ours,
+vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size, size_t ours,
                                int fewest_new, vpmm_plan_t *plan);
 /* The same for private arena a, whose pages never move: a span among its holes and ready
  * regions; pages only from the shared arena's ready memory (no wait, no marker) or fresh. */
-vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_strm_t *s, size_t size,
-                                       int fewest_new, vpmm_plan_t *plan);
+vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_rec_t *s,
+                                       size_t size, int fewest_new, vpmm_plan_t *plan);
 /* Where to map when the plan's hole is a fresh chunk. */
 void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole);
 
@@ -760,7 +762,7 @@ void vpmm_i_zombie_unmapped(vpmm_pool_t *p, vpmm_region_t *z, size_t done);
  * plan asked for more than the request needs (a burst's extra, or handles larger than a page),
  * it tries once more with just the needed pages, one handle each (the plan shrinks to that). A
  * refused growth ends the shared arena's allocation burst. */
-vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_plan_t *plan,
+vpmm_status_t vpmm_i_defrag(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t *plan,
                             vpmm_precreated_t *pre, vpmm_region_t **out_span);
 
 /* ---- segments: each handle at its live address (segment.c) -------------------------------- */
@@ -858,8 +860,8 @@ static inline vpmm_arena_t *vpmm_i_arena_of(const vpmm_region_t *r)
 vpmm_rbtree_t *vpmm_i_free_tree(vpmm_pool_t *p, const vpmm_region_t *r);
 /* Private arena a's side entry for s, or NULL (region.c: the free trees use it); _reserve
  * creates it (host memory may fail). */
-vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s);
-vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_strm_t *s);
+vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_stream_rec_t *s);
+vpmm_status_t vpmm_i_side_reserve(vpmm_arena_t *a, vpmm_stream_rec_t *s);
 /* Merges every pair of mergeable neighbours in a's chunks (after bulk state changes). */
 void vpmm_i_arena_coalesce_all(vpmm_pool_t *p, vpmm_arena_t *a);
 /* Frees private allocation r (already out of the allocation table and counted out): pending on
@@ -868,7 +870,7 @@ void vpmm_i_arena_coalesce_all(vpmm_pool_t *p, vpmm_arena_t *a);
 void vpmm_i_arena_free(vpmm_pool_t *p, vpmm_region_t *r);
 /* Drops every arena's side entry for s (s is being freed: it names no region any more;
  * region.c, below stream.c, which calls it). */
-void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s);
+void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_stream_rec_t *s);
 
 /* ---- stats (stats.c) ------------------------------------------------------------------------ */
 

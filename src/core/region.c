@@ -175,7 +175,7 @@ void vpmm_i_index_add(vpmm_pool_t *p, vpmm_region_t *r)
         } else if (r->ready) {
             tree_add(&a->ready, r);
         } else {
-            vpmm_strm_t *s = r->stream;
+            vpmm_stream_rec_t *s = r->stream;
             if (VPMM_LIKELY(!a->priv)) {
                 tree_add(&s->free_tree, r);
                 s->pending_bytes += r->size;
@@ -233,7 +233,7 @@ void vpmm_i_index_del(vpmm_pool_t *p, vpmm_region_t *r)
         } else if (r->ready) {
             vpmm_rb_remove(&a->ready, &r->node);
         } else {
-            vpmm_strm_t *s = r->stream;
+            vpmm_stream_rec_t *s = r->stream;
             if (VPMM_LIKELY(!a->priv)) {
                 vpmm_rb_remove(&s->free_tree, &r->node);
                 s->pending_bytes -= r->size;
@@ -417,7 +417,7 @@ vpmm_region_t *vpmm_i_region_coalesce(vpmm_pool_t *p, vpmm_region_t *r)
     return r;
 }
 
-void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_strm_t *s)
+void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_stream_rec_t *s)
 {
     r->state = VPMM_REGION_FREE;
     r->requested = 0;
@@ -442,13 +442,13 @@ static int cuts_a_handle(const vpmm_pool_t *p, uintptr_t b)
     return vpmm_i_phys_at(p, b)->va < b;
 }
 
-static int pending_on(const vpmm_region_t *r, const vpmm_strm_t *s)
+static int pending_on(const vpmm_region_t *r, const vpmm_stream_rec_t *s)
 {
     return r != NULL && r->state == VPMM_REGION_FREE && !r->ready && r->uses == NULL &&
            !r->cached && r->stream == s;
 }
 
-size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_strm_t *s)
+size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_stream_rec_t *s)
 {
     size_t joined = 0;
     if (s->retired || s->pending_bytes == 0)
@@ -490,7 +490,7 @@ vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr)
 /* They live here, below stream.c and arena.c, because the index (vpmm_i_index_add/_del, the free
  * trees) maintains them: the core's calls go down only (docs/ARCHITECTURE.md). */
 
-void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r)
+void vpmm_i_stream_pending_add(vpmm_stream_rec_t *s, vpmm_region_t *r)
 {
     /* Usually r is the newest: walk back from the tail to keep seq order. */
     vpmm_region_t *at = s->pend_tail;
@@ -508,12 +508,12 @@ void vpmm_i_stream_pending_add(vpmm_strm_t *s, vpmm_region_t *r)
         s->pend_head = r;
 }
 
-void vpmm_i_stream_pending_del(vpmm_strm_t *s, vpmm_region_t *r)
+void vpmm_i_stream_pending_del(vpmm_stream_rec_t *s, vpmm_region_t *r)
 {
     qlist_unlink(&s->pend_head, &s->pend_tail, r);
 }
 
-vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s)
+vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_stream_rec_t *s)
 {
     for (size_t i = 0; i < a->nside; i++)
         if (a->side[i].stream == s)
@@ -521,7 +521,7 @@ vpmm_side_t *vpmm_i_side_find(vpmm_arena_t *a, const vpmm_strm_t *s)
     return NULL;
 }
 
-void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_strm_t *s)
+void vpmm_i_arena_forget_stream(vpmm_pool_t *p, const vpmm_stream_rec_t *s)
 {
     for (vpmm_arena_t *a = p->privates; a; a = a->next) {
         vpmm_side_t *e = vpmm_i_side_find(a, s);

@@ -38,7 +38,7 @@ static size_t tree_max(const vpmm_rbtree_t *t)
 }
 
 /* The largest cached region of s: the largest size key with a non-empty list. */
-static size_t cache_max(const vpmm_strm_t *s)
+static size_t cache_max(const vpmm_stream_rec_t *s)
 {
     size_t best = 0, pos;
     uint64_t key;
@@ -54,12 +54,12 @@ static size_t cache_max(const vpmm_strm_t *s)
 
 size_t vpmm_i_largest_free(const vpmm_pool_t *p, const vpmm_arena_t *only)
 {
-    const vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    const vpmm_stream_rec_t *lists[2] = { p->streams, p->retired };
     size_t best = 0;
     if (only == NULL || only == &p->shared) {
         best = tree_max(&p->shared.ready);
         for (int l = 0; l < 2; l++)
-            for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
+            for (const vpmm_stream_rec_t *s = lists[l]; s; s = s->next)
                 best = VPMM_MAX(best, VPMM_MAX(tree_max(&s->free_tree), cache_max(s)));
     }
     for (const vpmm_arena_t *a = p->privates; a; a = a->next) {

@@ -60,15 +60,15 @@ vpmm_stream_key_t vpmm_i_stream_key(const vpmm_pool_t *p, vpmm_stream_t handle)
     return k;
 }
 
-vpmm_stream_key_t vpmm_i_stream_key_of(const vpmm_strm_t *s)
+vpmm_stream_key_t vpmm_i_stream_key_of(const vpmm_stream_rec_t *s)
 {
     return (vpmm_stream_key_t){ s->handle, s->owner };
 }
 
-vpmm_strm_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key)
+vpmm_stream_rec_t *vpmm_i_stream_get(vpmm_pool_t *p, vpmm_stream_key_t key)
 {
     const vpmm_stream_t handle = key.handle;
-    vpmm_strm_t *s = p->last_stream;
+    vpmm_stream_rec_t *s = p->last_stream;
     if (VPMM_LIKELY(s != NULL && s->handle == handle && s->owner == key.owner))
         return s;
     for (s = p->streams; s; s = s->next) {
@@ -127,7 +127,7 @@ void vpmm_i_event_put(vpmm_pool_t *p, vpmm_drv_event_t ev)
 }
 
 /* Room for one more in-flight marker, keeping ring[i % cap] addressing. */
-static vpmm_status_t ring_grow(vpmm_strm_t *s)
+static vpmm_status_t ring_grow(vpmm_stream_rec_t *s)
 {
     size_t cap = s->ring_cap ? s->ring_cap * 2 : 4;
     vpmm_drv_event_t *ring = malloc(cap * sizeof *ring);
@@ -145,7 +145,8 @@ static vpmm_status_t ring_grow(vpmm_strm_t *s)
 
 /* Whether markers recorded on `at` for s must be events of another device (see "Devices"): asks
  * the driver the first time. */
-static vpmm_status_t marker_foreign(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_stream_t at, int *out)
+static vpmm_status_t marker_foreign(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_stream_t at,
+                                    int *out)
 {
     *out = 0;
     if (at != s->handle || vpmm_i_stream_is_legacy(at) || at == VPMM_STREAM_PER_THREAD)
@@ -157,7 +158,7 @@ static vpmm_status_t marker_foreign(vpmm_pool_t *p, vpmm_strm_t *s, vpmm_stream_
 }
 
 /* Gives back the event of a completed (or never recorded) marker of s. */
-static void marker_put(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_drv_event_t ev)
+static void marker_put(vpmm_pool_t *p, const vpmm_stream_rec_t *s, vpmm_drv_event_t ev)
 {
     if (s->device != VPMM_STREAM_DEVICE_UNKNOWN && s->device != p->drv->device)
         (void)event_destroy(p, ev); /* another device's: not for the pool's idle list */
@@ -165,12 +166,12 @@ static void marker_put(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_drv_event_t ev
         vpmm_i_event_put(p, ev);
 }
 
-vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_strm_t *s, uint64_t seq)
+vpmm_drv_event_t vpmm_i_stream_marker(const vpmm_stream_rec_t *s, uint64_t seq)
 {
     return s->ring[seq % s->ring_cap];
 }
 
-int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_strm_t *s)
+int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_stream_rec_t *s)
 {
     return !(vpmm_i_stream_is_legacy(s->handle) && p->captures > 0);
 }
@@ -179,7 +180,7 @@ int vpmm_i_stream_may_wait(const vpmm_pool_t *p, const vpmm_strm_t *s)
  * place; VPMM_ERROR_STREAM_CAPTURING when neither may take one now. Legacy-stream work (the
  * legacy stream's own marker, or the substitute) is never recorded while a capture is in
  * progress: it would depend on a capturing blocking stream, which invalidates that capture. */
-static vpmm_status_t marker_stream(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_stream_t *out)
+static vpmm_status_t marker_stream(vpmm_pool_t *p, const vpmm_stream_rec_t *s, vpmm_stream_t *out)
 {
     vpmm_capture_status_t cap;
     uint64_t capture_id;
@@ -197,18 +198,18 @@ static vpmm_status_t marker_stream(vpmm_pool_t *p, const vpmm_strm_t *s, vpmm_st
     return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_i_stream_can_mark(vpmm_pool_t *p, const vpmm_strm_t *s)
+vpmm_status_t vpmm_i_stream_can_mark(vpmm_pool_t *p, const vpmm_stream_rec_t *s)
 {
     vpmm_stream_t at;
     return marker_stream(p, s, &at);
 }
 
-int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_strm_t *s)
+int vpmm_i_stream_markable(vpmm_pool_t *p, const vpmm_stream_rec_t *s)
 {
     return vpmm_i_stream_can_mark(p, s) == VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
+vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_stream_rec_t *s, uint64_t seq)
 {
     vpmm_stream_t at;
     vpmm_drv_event_t ev;
@@ -236,7 +237,7 @@ vpmm_status_t vpmm_i_stream_mark(vpmm_pool_t *p, vpmm_strm_t *s, uint64_t seq)
     return VPMM_SUCCESS;
 }
 
-void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s)
+void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_stream_rec_t *s)
 {
     while (s->completed < s->recorded) {
         vpmm_drv_event_t ev = s->ring[s->completed % s->ring_cap];
@@ -262,7 +263,7 @@ void vpmm_i_stream_poll(vpmm_pool_t *p, vpmm_strm_t *s)
     }
 }
 
-vpmm_status_t vpmm_i_stream_free(vpmm_pool_t *p, vpmm_strm_t *s)
+vpmm_status_t vpmm_i_stream_free(vpmm_pool_t *p, vpmm_stream_rec_t *s)
 {
     vpmm_status_t first = VPMM_SUCCESS;
     for (uint64_t i = s->completed; i < s->recorded; i++) {
@@ -282,14 +283,14 @@ void vpmm_i_stream_mark_foreign(vpmm_pool_t *p)
     if (p->captures > 0)
         return; /* no legacy-stream work now (see "Identity") */
     vpmm_i_cache_flush_all(p);
-    for (vpmm_strm_t *s = p->streams; s; s = s->next)
+    for (vpmm_stream_rec_t *s = p->streams; s; s = s->next)
         if (s->dirty_regions > 0 && !vpmm_i_stream_here(s))
             (void)vpmm_i_stream_mark(p, s, s->recorded);
 }
 
-vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)
+vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_stream_rec_t *s)
 {
-    vpmm_strm_t **link;
+    vpmm_stream_rec_t **link;
     /* Refused before anything changes when its final marker cannot be recorded now. */
     if (s->refs > 0)
         VPMM_CHECK(vpmm_i_stream_can_mark(p, s));
@@ -315,12 +316,12 @@ vpmm_status_t vpmm_i_stream_retire(vpmm_pool_t *p, vpmm_strm_t *s)
 
 vpmm_status_t vpmm_i_stream_fini_all(vpmm_pool_t *p)
 {
-    vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    vpmm_stream_rec_t *lists[2] = { p->streams, p->retired };
     vpmm_status_t first = VPMM_SUCCESS, st;
     for (int l = 0; l < 2; l++) {
-        vpmm_strm_t *s = lists[l];
+        vpmm_stream_rec_t *s = lists[l];
         while (s) {
-            vpmm_strm_t *next = s->next;
+            vpmm_stream_rec_t *next = s->next;
             st = vpmm_i_stream_free(p, s);
             first = first == VPMM_SUCCESS ? st : first;
             s = next;

@@ -12,15 +12,15 @@
 /* Another thread's per-thread stream record that holds nothing: no region names it, no marker
  * is in flight, no call holds it across an unlock. Freed, it costs nothing: its thread gets a
  * new one on its next call (threads come and go; their records must not pile up). */
-static int stream_idle_foreign(const vpmm_strm_t *s)
+static int stream_idle_foreign(const vpmm_stream_rec_t *s)
 {
     return s->owner != 0 && !vpmm_i_stream_here(s) && s->refs == 0 && s->held == 0 &&
            s->completed == s->recorded && s->cache.count == 0;
 }
 
-void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
+void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_stream_rec_t *except)
 {
-    vpmm_strm_t **link;
+    vpmm_stream_rec_t **link;
     /* Cached regions are on no pending list: back to the ordinary states first, or polling
      * would never make them ready for other streams. */
     vpmm_i_cache_flush_all(p);
@@ -28,7 +28,7 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
      * on their own stream: marked and polled below with the rest. */
     if (p->deferred_head != NULL)
         vpmm_i_uses_release(p);
-    for (vpmm_strm_t *s = p->streams; s; s = s->next) {
+    for (vpmm_stream_rec_t *s = p->streams; s; s = s->next) {
         if (s == except)
             continue;
         /* Unmarked frees get their marker; not another thread's per-thread stream's, whose
@@ -40,7 +40,7 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
     /* Retired streams: poll, and forget those nothing refers to once their markers are done. */
     link = &p->retired;
     while (*link) {
-        vpmm_strm_t *s = *link;
+        vpmm_stream_rec_t *s = *link;
         vpmm_i_stream_poll(p, s);
         if (s->refs == 0 && s->completed == s->recorded) {
             *link = s->next;
@@ -52,7 +52,7 @@ void vpmm_i_stream_poll_all(vpmm_pool_t *p, vpmm_strm_t *except)
     /* Last, once their memory could become ready: records of other threads that hold nothing. */
     link = &p->streams;
     while (*link) {
-        vpmm_strm_t *s = *link;
+        vpmm_stream_rec_t *s = *link;
         if (s != except && stream_idle_foreign(s)) {
             *link = s->next;
             p->stream_count--;

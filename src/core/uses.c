@@ -62,7 +62,7 @@ vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t str
 {
     vpmm_stream_key_t key;
     vpmm_region_t *r;
-    vpmm_strm_t *s;
+    vpmm_stream_rec_t *s;
     vpmm_status_t st = VPMM_SUCCESS;
 
     if (pool == NULL) {
@@ -105,7 +105,7 @@ out:
  * demand); a released stream's final one — it takes no new markers (the application may have
  * destroyed it), and vpmm_stream_release recorded that one because the use held a reference.
  */
-static uint64_t gate_seq(const vpmm_strm_t *s)
+static uint64_t gate_seq(const vpmm_stream_rec_t *s)
 {
     return s->retired ? s->recorded - 1 : s->recorded;
 }
@@ -170,7 +170,7 @@ void vpmm_i_uses_release(vpmm_pool_t *p)
     while (r != NULL) {
         vpmm_region_t *next = r->qnext;
         if (vpmm_i_uses_done(p, r)) {
-            vpmm_strm_t *own = r->stream;
+            vpmm_stream_rec_t *own = r->stream;
             vpmm_i_index_del(p, r);
             uses_drop(p, r);
             vpmm_i_region_set_free(p, r, own); /* pending on its own stream from now */

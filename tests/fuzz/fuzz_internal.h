@@ -78,9 +78,9 @@ typedef struct live {
     int own_rec;  /* vpmm's record of its allocation stream, captures and revived ones too
                      (-1: not known) */
     int own_gone; /* that record was released since (a later stream on the handle is another) */
-    const vpmm_strm_t *strm; /* vpmm's record itself: after a reapply, the same one says the same
-                                allocation (it keeps its uses), another says a revived one */
-    use_t uses[MAX_USES];    /* its other streams (vpmm_record_stream) */
+    const vpmm_stream_rec_t *strm; /* vpmm's record itself: after a reapply, the same one says the
+                                same allocation (it keeps its uses), another says a revived one */
+    use_t uses[MAX_USES];          /* its other streams (vpmm_record_stream) */
     size_t nuses;
     int share; /* its record in fz_t.shares once exported (vpmm_ipc_export), else -1 */
 } live_t;
@@ -221,8 +221,9 @@ typedef struct fz {
     vpmm_stream_t ptkey[NTHREADS];   /* vpmm_host_thread_stream of each thread */
     uint64_t token[NTHREADS];        /* vpmm's identity of each thread (vpmm_i_thread_token) */
     int rec_slot;                    /* the stream operand of the RECORD_STREAM being run */
-    const vpmm_strm_t *retired[MAX_RETIRED]; /* vpmm's released stream records, and the markers */
-    uint64_t retired_recorded[MAX_RETIRED];  /* each had when first seen released */
+    const vpmm_stream_rec_t
+        *retired[MAX_RETIRED];              /* vpmm's released stream records, and the markers */
+    uint64_t retired_recorded[MAX_RETIRED]; /* each had when first seen released */
     size_t nretired;
     cap_t caps[MAX_CAPS];
     size_t ncaps;

@@ -961,7 +961,7 @@ static ptrdiff_t live_containing(const fz_t *z, uintptr_t a)
 }
 
 /* vpmm's record of the allocation stream of the allocation at a (internal: an identity only). */
-static const vpmm_strm_t *alloc_strm(const fz_t *z, uintptr_t a)
+static const vpmm_stream_rec_t *alloc_strm(const fz_t *z, uintptr_t a)
 {
     const vpmm_region_t *r = vpmm_hmap_get(&z->pool->allocs, a);
     if (r == NULL)
@@ -1158,13 +1158,13 @@ void driver_matches_pool(const fz_t *z, const vpmm_pool_t *p, vpmm_driver_t *w)
 {
     vpmm_fault_live_t live;
     size_t zombie_maps = 0, events = p->idle_count;
-    const vpmm_strm_t *lists[2] = { p->streams, p->retired };
+    const vpmm_stream_rec_t *lists[2] = { p->streams, p->retired };
 
     for (const vpmm_region_t *r = p->zombie_head; r; r = r->qnext)
         for (uintptr_t at = r->addr; at < r->addr + r->size; zombie_maps++)
             at += vpmm_i_phys_at(p, at)->size;
     for (int l = 0; l < 2; l++)
-        for (const vpmm_strm_t *s = lists[l]; s; s = s->next)
+        for (const vpmm_stream_rec_t *s = lists[l]; s; s = s->next)
             events += (size_t)(s->recorded - s->completed);
     vpmm_fault_live(w, &live);
     /* Imported mappings (vpmm_ipc_open): each handle is mapped once, in a reservation of its
@@ -1261,10 +1261,10 @@ static void deferred_check(const fz_t *z)
  */
 static void retired_check(fz_t *z)
 {
-    const vpmm_strm_t *seen[MAX_RETIRED];
+    const vpmm_stream_rec_t *seen[MAX_RETIRED];
     uint64_t recorded[MAX_RETIRED];
     size_t n = 0;
-    for (const vpmm_strm_t *s = z->pool->retired; s != NULL && n < MAX_RETIRED; s = s->next) {
+    for (const vpmm_stream_rec_t *s = z->pool->retired; s != NULL && n < MAX_RETIRED; s = s->next) {
         uint64_t was = s->recorded;
         for (size_t k = 0; k < z->nretired; k++)
             if (z->retired[k] == s)
@@ -2101,7 +2101,7 @@ static void reconcile(fz_t *z, unsigned gid, vpmm_checkpoint_alloc_t *ca, size_t
             finding(z, "after reapply, the tracked allocation %p is in no region", (void *)l->p);
         if (r->state == VPMM_REGION_ALLOCATED && r->addr == (uintptr_t)l->p &&
             r->requested == l->size) {
-            const vpmm_strm_t *now = alloc_strm(z, r->addr);
+            const vpmm_stream_rec_t *now = alloc_strm(z, r->addr);
             stamp_check(z, l, "after reapply");
             if (now != l->strm) {
                 /* The checkpoint's allocation at the same place and of the same size, on another

@@ -1,5 +1,5 @@
 /*
- * vpmm_assert.h — internal assertions with levels, for every layer (it is in ds/, the bottom).
+ * vpmm_assert.h — internal assertions with levels, for every layer (it is in base/, the bottom).
  *
  * For invariants of vpmm's own bookkeeping only: a failure means a bug in vpmm. Never for user
  * input (a status and vpmm_last_error() answer that) nor for driver errors (a status too, the
