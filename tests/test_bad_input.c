@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_cuda.h"
 #include "graph_test_util.h"
 #include "ipc_wire.h"
 #include "status.h"

@@ -39,7 +39,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "driver.h"
+#include "driver_cuda.h"
 #include "test_rng.h"
 
 #define KiB ((size_t)1 << 10)

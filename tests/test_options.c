@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
+#include "driver_cuda.h"
 #include "options.h"
 #include "test_util.h"
 

@@ -11,6 +11,7 @@
 
 #include "api.h"
 #include "driver_count.h"
+#include "driver_cuda.h"
 #include "driver_host.h"
 
 /*

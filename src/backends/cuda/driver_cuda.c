@@ -53,7 +53,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include "driver.h"
+#include "driver_cuda.h"
 
 _Static_assert(sizeof(vpmm_drv_handle_t) == sizeof(CUmemGenericAllocationHandle),
                "vpmm_drv_handle_t must hold a CUmemGenericAllocationHandle");
