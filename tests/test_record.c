@@ -281,16 +281,23 @@ static void test_bad_paths(void **state)
     tenv_unset_all();
 }
 
-/* A trace of a few calls, through the public API (vpmm_pool_destroy's status is the point). */
-static vpmm_status_t record_some(const char *path, int calls)
+/* The public configuration of a host pool recording into path (no environment read). */
+static vpmm_config_t trace_config(const char *path)
 {
     vpmm_config_t c;
-    vpmm_pool_t *pool = NULL;
     vpmm_config_init(&c);
     c.backend = VPMM_BACKEND_HOST;
     c.ignore_env = 1;
     c.va_size = 4 * GiB;
     c.trace_file = path;
+    return c;
+}
+
+/* A trace of a few calls, through the public API (vpmm_pool_destroy's status is the point). */
+static vpmm_status_t record_some(const char *path, int calls)
+{
+    vpmm_config_t c = trace_config(path);
+    vpmm_pool_t *pool = NULL;
     assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_SUCCESS);
     for (int i = 0; i < calls; i++) {
         void *p = NULL;
@@ -340,11 +347,7 @@ static void test_gzip_without_zlib(void **state)
     (void)state;
     temp_path(gz, sizeof gz, "nozlib.trace.gz");
     vpmm_i_zlib_name = "libz-vpmm-test-absent.so.9";
-    vpmm_config_init(&c);
-    c.backend = VPMM_BACKEND_HOST;
-    c.ignore_env = 1;
-    c.va_size = 4 * GiB;
-    c.trace_file = gz;
+    c = trace_config(gz);
     assert_int_equal(vpmm_pool_create(&c, &pool), VPMM_ERROR_INVALID_CONFIG);
     vpmm_i_zlib_name = saved;
     assert_null(pool);
@@ -392,13 +395,8 @@ static void test_closed_at_exit(void **state)
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        vpmm_config_t c;
+        vpmm_config_t c = trace_config(gz);
         vpmm_pool_t *pool = NULL;
-        vpmm_config_init(&c);
-        c.backend = VPMM_BACKEND_HOST;
-        c.ignore_env = 1;
-        c.va_size = 4 * GiB;
-        c.trace_file = gz;
         if (vpmm_pool_create(&c, &pool) != VPMM_SUCCESS)
             _exit(3);
         for (int i = 0; i < 500; i++) {
