@@ -432,7 +432,8 @@ static vpmm_status_t no_deferred(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_view_t **
     for (size_t i = 0; i < *nv; i++) {
         if (!(*v)[i].deferred)
             continue;
-        if (!vpmm_i_uses_done(p, (*v)[i].region)) {
+        /* Asked without polling: a refusal must leave every region as it was. */
+        if (!vpmm_i_uses_done_peek(p, (*v)[i].region)) {
             vpmm_i_set_error("vpmm_checkpoint_reapply: the memory freed at %p is still used by "
                              "another stream (vpmm_record_stream); reapply once its work is done",
                              (void *)(*v)[i].addr);

@@ -84,6 +84,9 @@ void vpmm_i_uses_release(vpmm_pool_t *p);
 /* Whether deferred region r's gates have all completed (records on-demand markers and polls its
  * streams; moves nothing). */
 int vpmm_i_uses_done(vpmm_pool_t *p, const vpmm_region_t *r);
+/* The same without polling: the driver is asked, but no region changes state (a call that may
+ * still refuse, such as a checkpoint's reapply, must leave the pool as it was). */
+int vpmm_i_uses_done_peek(vpmm_pool_t *p, const vpmm_region_t *r);
 /* Waits until the device is idle (pool destruction with graphs just destroyed). */
 vpmm_status_t vpmm_i_pool_synchronize(vpmm_pool_t *p);
 

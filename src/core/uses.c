@@ -144,7 +144,21 @@ static void uses_drop(vpmm_pool_t *p, vpmm_region_t *r)
     r->uses = NULL;
 }
 
-int vpmm_i_uses_done(vpmm_pool_t *p, const vpmm_region_t *r)
+/* Whether marker seq of s has completed, asked of the driver without taking note of it (no
+ * region changes state: the next poll does that). Markers complete in order, so one event query
+ * answers. */
+static int marker_done_peek(vpmm_pool_t *p, const vpmm_stream_rec_t *s, uint64_t seq)
+{
+    if (vpmm_i_stream_done(s, seq))
+        return 1;
+    if (seq >= s->recorded)
+        return 0; /* no marker yet */
+    return p->drv->event_query(p->drv, vpmm_i_stream_marker(s, seq)) == VPMM_DRV_OK;
+}
+
+/* vpmm_i_uses_done and vpmm_i_uses_done_peek: with `poll`, the streams are polled (their
+ * completed memory becomes ready); without, nothing but the markers changes. */
+static int uses_done(vpmm_pool_t *p, const vpmm_region_t *r, int poll)
 {
     for (size_t i = 0; i < r->uses->n; i++) {
         const struct vpmm_use *e = &r->uses->e[i];
@@ -157,11 +171,26 @@ int vpmm_i_uses_done(vpmm_pool_t *p, const vpmm_region_t *r)
             continue;
         if (e->seq == e->stream->recorded && !e->stream->retired)
             (void)vpmm_i_stream_mark(p, e->stream, e->seq); /* on demand: someone polls for it */
+        if (!poll) {
+            if (!marker_done_peek(p, e->stream, e->seq))
+                return 0;
+            continue;
+        }
         vpmm_i_stream_poll(p, e->stream);
         if (!vpmm_i_stream_done(e->stream, e->seq))
             return 0;
     }
     return 1;
+}
+
+int vpmm_i_uses_done(vpmm_pool_t *p, const vpmm_region_t *r)
+{
+    return uses_done(p, r, 1);
+}
+
+int vpmm_i_uses_done_peek(vpmm_pool_t *p, const vpmm_region_t *r)
+{
+    return uses_done(p, r, 0);
 }
 
 void vpmm_i_uses_release(vpmm_pool_t *p)
