@@ -565,6 +565,19 @@ static vpmm_status_t overshoot(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t
     return VPMM_SUCCESS;
 }
 
+/* The pages of plan's span: harvested, then (larger_ok) a handle larger than what is left moved
+ * whole; *need gets what is still missing. */
+static vpmm_status_t gather(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t *plan, int larger_ok,
+                            size_t *need)
+{
+    vpmm_status_t st;
+    *need = plan->npages;
+    st = harvest(p, s, plan, need);
+    if (st == VPMM_SUCCESS && *need > 0 && larger_ok)
+        st = overshoot(p, s, plan, need);
+    return st;
+}
+
 /* A span (choose_span with `supply`) and its harvest; nnew is what is left to create. With
  * `supply` set (the fewest-created plan), a handle larger than what is left may be moved whole
  * (overshoot). */
@@ -578,10 +591,7 @@ static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size
     memset(plan, 0, sizeof *plan);
     plan->arena = a;
     choose_span(p, s, size, supply, plan);
-    need = plan->npages;
-    st = harvest(p, s, plan, &need);
-    if (st == VPMM_SUCCESS && need > 0 && supply != SIZE_MAX)
-        st = overshoot(p, s, plan, &need);
+    st = gather(p, s, plan, supply != SIZE_MAX, &need);
     if (st == VPMM_SUCCESS && need > 0 && supply != SIZE_MAX && plan->hole != NULL) {
         /* The span's hole had no room for a handle larger than what was left: the same in a
          * VA chunk of its own, where any overshoot fits (the neighbours it joined are then
@@ -592,10 +602,7 @@ static vpmm_status_t plan_span(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size
         alone.arena = a;
         alone.small = plan->small;
         alone.npages = pages_for(size, p->page_size);
-        need_alone = alone.npages;
-        st = harvest(p, s, &alone, &need_alone);
-        if (st == VPMM_SUCCESS && need_alone > 0)
-            st = overshoot(p, s, &alone, &need_alone);
+        st = gather(p, s, &alone, 1, &need_alone);
         if (st == VPMM_SUCCESS && need_alone < need) {
             vpmm_plan_t loser = *plan;
             *plan = alone;
