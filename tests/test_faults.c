@@ -185,6 +185,48 @@ static void prefix_release(ctx_t *c)
     prefix_pending(c);
 }
 
+/*
+ * The near-full rule's overshoot (policy.c): the device full, free memory a 4-page handle and
+ * three scattered single pages; 6 pages asked. The singles leave 3 pages to find, the 4-page
+ * handle is moved whole (one page over), nothing is created.
+ *   [a: 4-page handle, free][p0][p1 free][p2][p3 free][p4][p5 free][hole
+ */
+static void prefix_overshoot(ctx_t *c)
+{
+    void *a = take(c, 4 * 2 * MiB, c->a), *p[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = take(c, 2 * MiB, c->a);
+        tfree(c->t.pool, tmalloc(c->t.pool, 64, c->a)); /* a free between growths: no burst */
+    }
+    drop(c, a);
+    for (int i = 1; i < 6; i += 2)
+        drop(c, p[i]);
+}
+
+static vpmm_status_t step_overshoot(ctx_t *c)
+{
+    return step_malloc(c, 6 * 2 * MiB, c->a);
+}
+
+/* The near-full rule's join (region.c): a page half ready (b's free, b released with no work
+ * left), half pending on a; the device full; a page asked on a. */
+static void prefix_join(ctx_t *c)
+{
+    void *x = take(c, MiB, c->b);
+    take(c, MiB, c->a);
+    void *y = c->live[c->nlive - 1];
+    take(c, 4 * MiB, c->a);
+    drop(c, x);
+    assert_int_equal(vpmm_stream_release(c->t.pool, c->b), VPMM_SUCCESS);
+    vpmm_host_enqueue(c->t.host, c->a);
+    drop(c, y);
+}
+
+static vpmm_status_t step_join(ctx_t *c)
+{
+    return step_malloc(c, 2 * MiB, c->a);
+}
+
 static vpmm_status_t step_release(ctx_t *c)
 {
     return vpmm_stream_release(c->t.pool, c->a);
@@ -233,6 +275,16 @@ static const scenario_t scenarios[] = {
       STEP_MALLOC,
       prefix_full_chunk,
       step_new_chunk },
+    { "malloc: near full, a larger handle moved whole",
+      { .memory_limit = 11 * 2 * MiB, .handle_pages = 4, .small_bytes = 1, .cache_percent = -1 },
+      STEP_MALLOC,
+      prefix_overshoot,
+      step_overshoot },
+    { "malloc: near full, a page joined across a state boundary",
+      { .memory_limit = 3 * 2 * MiB, .small_bytes = 1, .cache_percent = -1 },
+      STEP_MALLOC,
+      prefix_join,
+      step_join },
     { "free", { 0 }, STEP_FREE, prefix_one, step_free },
     { "stream release", { 0 }, STEP_RELEASE, prefix_release, step_release },
     { "destroy", { .memory_limit = 16 * MiB }, STEP_DESTROY, prefix_busy_history, step_destroy },

@@ -242,6 +242,8 @@ static void test_bad_paths(void **state)
         const char *says;
     } bad[] = {
         { "/nonexistent-vpmm-dir/trace", "cannot open /nonexistent-vpmm-dir/trace for writing" },
+        { "/nonexistent-vpmm-dir/trace.gz",
+          "cannot open /nonexistent-vpmm-dir/trace.gz for writing" }, /* through zlib */
         { "/tmp/vpmm-%x", "a % other than %p, %n or %%" },
     };
     vpmm_config_t c;
