@@ -9,6 +9,7 @@
 #   bash bench/run_all.sh            # everything the machine can do
 #   REPS=5 bash bench/run_all.sh     # more repetitions of the timed vpmm/cuda replays
 #   VPMM_PYTHON=/opt/torch/.venv/bin/python bash bench/run_all.sh   # the PyTorch of that Python
+#   HANDLE_PAGES= bash bench/run_all.sh   # leave out the handle-size rows (default "4 8 16")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench-out}
@@ -64,7 +65,7 @@ done
 # Handle size against footprint (VPMM_HANDLE_PAGES; RESULTS.md "Handle size"): two runs each.
 if [ $gpu = 1 ]; then
   for t in bench/traces/*.trace.gz; do
-    for n in 4 8 16; do
+    for n in ${HANDLE_PAGES-4 8 16}; do
       for r in 1 2; do emit "hp$n#$r" "$(VPMM_HANDLE_PAGES=$n replay_json --backend cuda "$t")"; done
     done
   done
