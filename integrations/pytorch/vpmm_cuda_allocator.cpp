@@ -58,6 +58,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <torch/version.h>
 
 #include <cuda_runtime_api.h>
 
@@ -85,6 +86,13 @@ extern "C" {
 #include "vpmm_history.h"
 #include "vpmm_text.h"
 #include "vpmm_trackers.h"
+
+/* The PyTorch whose headers this library was compiled against ("2.11.0"): vpmm.torch refuses to
+ * install it into another major.minor (PyTorch's C++ ABI changes between them). */
+extern "C" __attribute__((visibility("default"))) const char *vpmm_torch_backend_torch_version(void)
+{
+    return TORCH_VERSION;
+}
 
 namespace
 {

@@ -234,6 +234,7 @@ const vpmm_env_var_t vpmm_i_env_vars[] = {
     { "VPMM_SMALL_BYTES", NULL },
     { "VPMM_TORCH_ENABLE", "integrations/pytorch/autoenable/sitecustomize.py" },
     { "VPMM_TORCH_BACKEND", "integrations/pytorch/vpmm/torch.py" },
+    { "VPMM_TORCH_BACKEND_BUILD", "integrations/pytorch/setup.py" },
     { "VPMM_TORCH_SEGMENTS", "integrations/pytorch/vpmm_torch_backend.cpp" },
     { "VPMM_TORCH_NCCL_ZERO_COPY", "integrations/pytorch/vpmm/torch.py" },
     { "VPMM_TORCH_LIB", "samples/pytorch/train_and_graph.py" },

@@ -36,10 +36,14 @@ inside one physical handle and a send/recv whose one side is registered and the 
 completes (§10.3); VPMM_TORCH_NCCL_ZERO_COPY=1 leaves NCCL as it is configured. nccl_settings()
 says what enable() set (in os.environ: child processes inherit it).
 
-The allocator is libvpmm_torch_backend.so, built by the repository's CMake where PyTorch is
-installed (integrations/pytorch/vpmm_cuda_allocator.cpp). enable() looks for it, in order: its
+The allocator is libvpmm_torch_backend.so (integrations/pytorch/vpmm_cuda_allocator.cpp), built
+against the installed PyTorch by `pip install --no-build-isolation ./integrations/pytorch`
+(setup.py: next to this file) or by the repository's CMake. enable() looks for it, in order: its
 `library` argument; $VPMM_TORCH_BACKEND; next to this file; the build tree of the repository this
-file lives in (build/integrations/); the dynamic linker's search path (an installed vpmm).
+file lives in (build/integrations/); the dynamic linker's search path (an installed vpmm). A
+backend serves the PyTorch major.minor it was compiled against: importing this module with a
+pip-built backend and another PyTorch raises ImportError, and enable() passes over a library
+built for another PyTorch, saying so (backend_info() tells which PyTorch a backend is for).
 
 The extras read or act on the pool of one device (default: the current one): stats(), trim(),
 dump(), check(). VPMM_* environment variables configure the pools (the repository's README).
@@ -49,10 +53,11 @@ The pools run on vpmm's CUDA backend, its default (VPMM_BACKEND=host is for vpmm
 import ctypes
 import json
 import os
+import re
 import sys
 
-__all__ = ["enable", "is_enabled", "library_path", "nccl_settings", "stats", "trim", "dump",
-           "check"]
+__all__ = ["enable", "is_enabled", "library_path", "backend_info", "nccl_settings", "stats",
+           "trim", "dump", "check"]
 
 _LIB_NAME = "libvpmm_torch_backend.so"
 _ABI = 2  # vpmm_torch_backend_abi() of the backend this package drives
@@ -91,6 +96,37 @@ def _nccl_defaults(environ, zero_copy):
     return done
 
 
+def _release(version):
+    """(major, minor) of a PyTorch version string ("2.11.0+cu130" -> (2, 11)), or None."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _torch_mismatch(built, running):
+    """None when a backend compiled against PyTorch `built` serves PyTorch `running` (same
+    major.minor), else the reason, with what to do."""
+    if _release(built) is not None and _release(built) == _release(running):
+        return None
+    return ("built for PyTorch %s, and this is PyTorch %s: rebuild it with this PyTorch "
+            "(pip install --no-build-isolation ./integrations/pytorch in vpmm's checkout)"
+            % (built, running))
+
+
+def _check_pip_backend():
+    """A backend that `pip install` built next to this file serves the PyTorch it was built for
+    only: ImportError, saying both versions, for any other."""
+    try:
+        from vpmm import _backend_info
+    except ImportError:
+        return  # no pip-built backend: a CMake build's is checked when enable() loads it
+    import torch
+    why = _torch_mismatch(_backend_info.TORCH_VERSION, torch.__version__)
+    if why is not None:
+        raise ImportError("vpmm.torch: the backend installed with this package (%s) was %s"
+                          % (os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME),
+                             why))
+
+
 def _candidates(library):
     if library:
         return [library]
@@ -120,6 +156,10 @@ def _load(library):
             tried.append("%s (a build of the backend for another version of this package: "
                          "rebuild it)" % path)
             continue
+        why = _torch_mismatch(_built_for(lib), _torch_version())
+        if why is not None:
+            tried.append("%s (%s)" % (path, why))
+            continue
         lib.vpmm_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.vpmm_torch_backend_install.restype = ctypes.c_int
         lib.vpmm_torch_backend_trim.argtypes = [ctypes.c_int, ctypes.c_size_t]
@@ -136,6 +176,34 @@ def _load(library):
         "vpmm.torch: cannot load %s; build it with cmake where PyTorch is installed "
         "(cmake -S . -B build && cmake --build build --target vpmm_torch_backend) or set "
         "VPMM_TORCH_BACKEND to its path. Tried: %s" % (_LIB_NAME, "; ".join(tried)))
+
+
+def _built_for(lib):
+    """The PyTorch version a loaded backend was compiled against ("?" for a build older than
+    vpmm_torch_backend_torch_version)."""
+    fn = getattr(lib, "vpmm_torch_backend_torch_version", None)
+    if fn is None:
+        return "?"
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
+def _torch_version():
+    import torch
+    return torch.__version__
+
+
+def backend_info(library=None):
+    """Which backend enable() uses (or would use) and the PyTorch it serves: a dict with
+    `path`, `built_for` (the PyTorch version it was compiled against), `supports` ("2.11": that
+    major.minor) and `torch` (this process's). Loads the library (not installed as the
+    allocator); raises RuntimeError, as enable() would, when none fits."""
+    running = _torch_version()  # torch's libraries first: the backend links them
+    lib, path = (_lib, _lib_path) if _lib is not None else _load(library)
+    built = _built_for(lib)
+    rel = _release(built)
+    return {"path": path, "built_for": built,
+            "supports": "%d.%d" % rel if rel else "?", "torch": running}
 
 
 def enable(library=None):
@@ -260,3 +328,6 @@ def check(device=None):
     if n < 0:
         raise _no_pool(dev)
     return n
+
+
+_check_pip_backend()
