@@ -5,8 +5,12 @@ before enable(); enable() explains that PyTorch is missing; the NCCL settings en
 (zero copy off where the environment does not set it; VPMM_TORCH_NCCL_ZERO_COPY); the library
 search order ($VPMM_TORCH_BACKEND, the package's directory, the build tree, the linker's path);
 the version matches the project's (include/vpmm.h); sitecustomize.py does nothing without
-VPMM_TORCH_ENABLE=1 and stops the process with the reason when it cannot enable vpmm. (With PyTorch and a GPU,
-integrations/pytorch/test_backend.py covers the backend itself.) Run by ctest.
+VPMM_TORCH_ENABLE=1 and stops the process with the reason when it cannot enable vpmm; the
+one-command install: setup.py's source lists are the CMake files' (every C file of src/, graph/
+and checkpoint/ in them), and a pip-built backend serves the PyTorch major.minor it was built for
+only (a stand-in torch module: another is refused at import, naming both). (With PyTorch and a
+GPU, integrations/pytorch/test_backend.py covers the backend itself, pip_check.sh the install.)
+Run by ctest.
 """
 import os
 import re
@@ -125,6 +129,76 @@ class Package(unittest.TestCase):
         r = python("print('ran')", PYTHONPATH=path, VPMM_TORCH_ENABLE="1")
         self.assertNotIn("ran", r.stdout)
         self.assertIn("needs PyTorch", r.stderr)
+
+
+class PipBuild(unittest.TestCase):
+    """The one-command install (integrations/pytorch/setup.py) and the PyTorch version rule, where
+    no PyTorch is installed: the rule and the refusal with a stand-in torch module."""
+
+    def test_torch_version_rule(self):
+        self.assertEqual(vt._release("2.11.0+cu130"), (2, 11))
+        self.assertIsNone(vt._release("?"))
+        self.assertIsNone(vt._torch_mismatch("2.11.0", "2.11.1+cu130"))
+        why = vt._torch_mismatch("2.11.0", "2.10.2")
+        self.assertIn("built for PyTorch 2.11.0, and this is PyTorch 2.10.2", why)
+        self.assertIn("pip install --no-build-isolation ./integrations/pytorch", why)
+        self.assertIsNotNone(vt._torch_mismatch("?", "2.11.0"))  # a build that cannot say
+
+    def _package_copy(self, tmp, built_for):
+        import shutil
+        shutil.copytree(os.path.join(PKG, "vpmm"), os.path.join(tmp, "pkg", "vpmm"))
+        with open(os.path.join(tmp, "pkg", "vpmm", "_backend_info.py"), "w") as f:
+            f.write("TORCH_VERSION = %r\nCUDA_VERSION = '13.0'\n" % built_for)
+        os.makedirs(os.path.join(tmp, "faketorch", "torch"))
+        with open(os.path.join(tmp, "faketorch", "torch", "__init__.py"), "w") as f:
+            f.write("__version__ = '2.11.0+cu130'\n")
+        return os.pathsep.join([os.path.join(tmp, "pkg"), os.path.join(tmp, "faketorch")])
+
+    def test_pip_backend_for_another_torch_refused_at_import(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self._package_copy(tmp, "2.10.0")
+            r = python("import vpmm.torch", PYTHONPATH=path)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("ImportError: vpmm.torch: the backend installed with this package",
+                          r.stderr)
+            self.assertIn("built for PyTorch 2.10.0, and this is PyTorch 2.11.0+cu130", r.stderr)
+
+    def test_pip_backend_for_this_torch_imports(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self._package_copy(tmp, "2.11.0")
+            r = python("import vpmm.torch; print('ok')", PYTHONPATH=path)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.strip(), "ok")
+
+    def test_setup_reads_the_cmake_source_lists(self):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("vpmm_setup", os.path.join(PKG, "setup.py"))
+        setup_py = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(setup_py)  # defines; builds nothing (no __main__)
+        top = os.path.join(REPO, "CMakeLists.txt")
+        integ = os.path.join(REPO, "integrations", "CMakeLists.txt")
+        core = setup_py.cmake_list(top, "VPMM_CORE_SOURCES")
+        graph = setup_py.cmake_list(top, "VPMM_GRAPH_SOURCES")
+        adapter = setup_py.cmake_target_sources(integ, "vpmm_torch_adapter")
+        backend = setup_py.cmake_target_sources(integ, "vpmm_torch_backend")
+        includes = setup_py.cmake_list(top, "VPMM_INTERNAL_INCLUDE_DIRS")
+        for f in core + graph + adapter + backend:
+            self.assertTrue(os.path.isfile(f), f)
+        for d in includes:
+            self.assertTrue(os.path.isdir(d), d)
+        # Every C file of the library's directories is in the lists (none forgotten), but the
+        # graphs-off stub, which replaces graph/ and checkpoint/ in a build without graphs.
+        listed = set(map(os.path.realpath, core + graph))
+        for sub in ("src", "graph", "checkpoint"):
+            for root, _, files in os.walk(os.path.join(REPO, sub)):
+                for name in files:
+                    path = os.path.realpath(os.path.join(root, name))
+                    if name.endswith(".c") and name != "graph_off.c":
+                        self.assertIn(path, listed, "%s is not in CMakeLists.txt's lists" % path)
+        self.assertEqual([os.path.basename(f) for f in backend],
+                         ["vpmm_cuda_allocator.cpp", "vpmm_torch_backend.cpp"])
 
 
 if __name__ == "__main__":

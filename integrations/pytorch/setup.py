@@ -139,8 +139,13 @@ def backend_build():
     return [ext], {"build_ext": BuildBackend}
 
 
-if os.environ.get("VPMM_TORCH_BACKEND_BUILD", "1") == "0":
-    setup()
-else:
-    exts, cmds = backend_build()
-    setup(ext_modules=exts, cmdclass=cmds)
+def main():
+    if os.environ.get("VPMM_TORCH_BACKEND_BUILD", "1") == "0":
+        setup()
+    else:
+        exts, cmds = backend_build()
+        setup(ext_modules=exts, cmdclass=cmds)
+
+
+if __name__ == "__main__":  # as pip's build backend runs it (tests import it for its lists)
+    main()
