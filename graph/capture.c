@@ -83,9 +83,9 @@ vpmm_status_t vpmm_graph_pool_malloc(vpmm_graph_pool_t *gp, size_t size, vpmm_st
     if (out_ptr != NULL)
         *out_ptr = NULL;
     VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_graph_pool_malloc"));
-    VPMM_CHECK(vpmm_i_malloc_begin(gp->pool, "vpmm_graph_pool_malloc", size, stream, out_ptr, &c));
+    VPMM_CHECK(vpmm_i_malloc_enter(gp->pool, "vpmm_graph_pool_malloc", size, stream, out_ptr, &c));
     st = malloc_into(gp->pool, gp, c.key, c.cap != VPMM_CAPTURE_NONE, c.capture_id, size, out_ptr);
-    vpmm_i_malloc_end(gp->pool, &c, st, size, out_ptr);
+    vpmm_i_malloc_leave(gp->pool, &c, st, size, out_ptr);
     return st;
 }
 

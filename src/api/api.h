@@ -1,13 +1,18 @@
 /*
- * api.h — the API floor: the public entry points that pick a backend or a layer and call down.
- * create.c is the backend factory and hands graph/'s hook table (when built in) to the core;
- * malloc.c routes vpmm_malloc to graph/ (a captured stream) or to the core (the shared pool);
- * graph_off.c stands in for graph/ and checkpoint/ when VPMM_WITH_GRAPHS=OFF. Nothing below
- * src/api/ includes this header.
+ * api.h — the API floor: every function vpmm.h exports is defined in src/api/ (or, for graph
+ * pools, captures and checkpoints, in graph/ and checkpoint/: their own floor). A floor function
+ * checks the caller's arguments, picks a backend or a layer, and calls down: the core's halves
+ * are declared in src/core/entry.h. pool.c is the pool's life (the backend factory, which hands
+ * graph/'s hook table to the core when built in); malloc.c a block's (vpmm_malloc routes to
+ * graph/ for a captured stream, else to the shared pool); inspect.c statistics, walks, dumps and
+ * checks; devices.c peers and CUDA IPC; status.c statuses and vpmm_last_error; driver_stats.c
+ * and version.c; graph_off.c stands in for graph/ and checkpoint/ when VPMM_WITH_GRAPHS=OFF.
+ * Nothing below src/api/ includes this header.
  */
 #ifndef VPMM_API_H
 #define VPMM_API_H
 
+#include "entry.h"
 #include "pool.h"
 
 /* vpmm_i_pool_create_on with this build's graph hooks (graph/'s, or NULL without graph/): how

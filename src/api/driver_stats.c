@@ -1,8 +1,8 @@
 /*
  * driver_stats.c — vpmm_driver_stats and vpmm_driver_call_name: a pool's driver calls by kind,
- * read from the counting decorator that create.c put over its backend (backends/count/), or
- * VPMM_ERROR_NOT_SUPPORTED for a pool created without it. No lock: the counters are atomics.
- * Tests: tests/test_driver_stats.c.
+ * read from the counting decorator that pool.c (vpmm_pool_create) put over its backend
+ * (backends/count/), or VPMM_ERROR_NOT_SUPPORTED for a pool created without it. No lock: the
+ * counters are atomics. Tests: tests/test_driver_stats.c.
  */
 #include "api.h"
 #include "driver_count.h"

@@ -1,11 +1,14 @@
 /*
- * malloc.c — vpmm_malloc: the API floor decides who serves an allocation and calls down. A stream
+ * malloc.c — a block's entry points: vpmm_malloc, vpmm_free and vpmm_record_stream.
+ *
+ * vpmm_malloc: the API floor decides who serves an allocation and calls down. A stream
  * being captured into a CUDA graph is served by its capture's graph pool (graph/, reached through
  * the pool's graph hook table: this floor never names graph/), never the shared pool; any other
  * by the shared pool (the core: src/core/pool.c, vpmm_i_malloc_shared).
  * The frame around both (validation, the capture query, the lock, the trace line, the
- * out-of-memory report) is the core's, inline (vpmm_i_malloc_enter/_leave in pool.h), so the hot
- * path makes one call into the core. Thread-safe: the pool lock is held from enter to leave.
+ * out-of-memory report) is the core's, inline (vpmm_i_malloc_enter/_leave_inline in pool.h), so
+ * the hot path makes one call into the core. Thread-safe: the pool lock is held from enter to
+ * leave.
  */
 #include "api.h"
 
@@ -15,7 +18,7 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
     vpmm_malloc_call_t c;
     vpmm_status_t st;
 
-    VPMM_CHECK(vpmm_i_malloc_enter(pool, "vpmm_malloc", size, stream, out_ptr, &c));
+    VPMM_CHECK(vpmm_i_malloc_enter_inline(pool, "vpmm_malloc", size, stream, out_ptr, &c));
     if (VPMM_LIKELY(c.cap == VPMM_CAPTURE_NONE)) {
         st = vpmm_i_malloc_shared(pool, "vpmm_malloc", c.key, size, c.rsize, out_ptr, &pre);
     } else if (pool->ghooks != NULL) {
@@ -25,8 +28,30 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
                          "without graph support (VPMM_WITH_GRAPHS=OFF)");
         st = VPMM_ERROR_NOT_SUPPORTED;
     }
-    vpmm_i_malloc_leave(pool, &c, st, size, out_ptr);
+    vpmm_i_malloc_leave_inline(pool, &c, st, size, out_ptr);
     if (VPMM_UNLIKELY(pre.h != NULL))
         vpmm_i_precreated_discard(pool->drv, &pre); /* the handles the final plan did not use */
     return st;
+}
+
+/* The core's half (src/core/pool.c) finds the block with one probe: the free's hot path is that
+ * call and the lock it takes. */
+vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
+{
+    if (VPMM_UNLIKELY(pool == NULL)) {
+        vpmm_i_set_error("vpmm_free: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (ptr == NULL)
+        return VPMM_SUCCESS;
+    return vpmm_i_free(pool, ptr);
+}
+
+vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t stream)
+{
+    if (pool == NULL || ptr == NULL) {
+        vpmm_i_set_error("vpmm_record_stream: %s is NULL", pool == NULL ? "pool" : "ptr");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    return vpmm_i_record_stream(pool, ptr, stream);
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "entry.h"
 #include "pool.h"
 
 typedef struct checker {
@@ -536,7 +537,7 @@ static void check_indexes(const vpmm_pool_t *p, const sums_t *s, checker_t *k)
         fail(k, "I11: deferred list has %zu entries for %zu deferred regions", nz, s->ndeferred);
 }
 
-size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
+size_t vpmm_i_pool_check(const vpmm_pool_t *pool, FILE *report)
 {
     checker_t k = { report, 0 };
     sums_t s = { 0 };
@@ -544,10 +545,6 @@ size_t vpmm_pool_check(const vpmm_pool_t *pool, FILE *report)
     arena_sums_t *as;
     size_t va = 0, npending = 0, ncached = 0, nlive = 0, nas = 0;
 
-    if (pool == NULL) {
-        fail(&k, "pool is NULL");
-        return k.violations;
-    }
     if (vpmm_hmap_init(&refs, 64) != 0) {
         fail(&k, "out of host memory while checking");
         return k.violations;

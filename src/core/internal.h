@@ -196,11 +196,11 @@ static inline void vpmm_i_arena_nvtx_refresh(vpmm_pool_t *p, vpmm_arena_t *a)
 /*
  * A malloc's frame, shared by every public malloc (src/api/malloc.c: vpmm_malloc; graph/:
  * vpmm_graph_pool_malloc), which decides in between who serves it:
- *   vpmm_i_malloc_begin  validates (fn names the call in messages), rounds the size, asks whether
+ *   vpmm_i_malloc_enter  validates (fn names the call in messages), rounds the size, asks whether
  *                        the stream is being captured (before the lock: the query needs no pool
  *                        state) and takes the pool lock. Returns with the lock held iff
  *                        VPMM_SUCCESS.
- *   vpmm_i_malloc_end    the trace line, the out-of-memory count and report (once, for the shared
+ *   vpmm_i_malloc_leave  the trace line, the out-of-memory count and report (once, for the shared
  *                        pool and graph pools alike), then the lock released.
  */
 typedef struct vpmm_malloc_call {
@@ -210,10 +210,10 @@ typedef struct vpmm_malloc_call {
     size_t rsize;              /* the size rounded to VPMM_ALIGNMENT */
 } vpmm_malloc_call_t;
 
-vpmm_status_t vpmm_i_malloc_begin(vpmm_pool_t *p, const char *fn, size_t size, vpmm_stream_t stream,
+vpmm_status_t vpmm_i_malloc_enter(vpmm_pool_t *p, const char *fn, size_t size, vpmm_stream_t stream,
                                   void **out_ptr, vpmm_malloc_call_t *c);
-void vpmm_i_malloc_end(vpmm_pool_t *p, const vpmm_malloc_call_t *c, vpmm_status_t st, size_t size,
-                       void **out_ptr);
+void vpmm_i_malloc_leave(vpmm_pool_t *p, const vpmm_malloc_call_t *c, vpmm_status_t st, size_t size,
+                         void **out_ptr);
 
 /* ---- hooks: the core calls graph/ through a table it owns ---------------------------------- */
 

@@ -1,5 +1,6 @@
 /*
- * options.c — vpmm_config_init, environment parsing and validation of a pool's settings.
+ * options.c — a config's defaults (vpmm_config_init, src/api/pool.c, hands them out), environment
+ * parsing and validation of a pool's settings.
  *
  * Every malformed or inconsistent setting becomes a status plus a vpmm_last_error() message that
  * names the variable or field, its value and what was expected; nothing here can crash on input.
@@ -12,16 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "entry.h"
 #include "options.h"
 #include "status.h"
 #include "util.h"
 
-vpmm_status_t vpmm_config_init(vpmm_config_t *config)
+void vpmm_i_config_defaults(vpmm_config_t *config)
 {
-    if (config == NULL) {
-        vpmm_i_set_error("vpmm_config_init: config is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     memset(config, 0, sizeof *config);
     config->backend = VPMM_BACKEND_DEFAULT;
     config->device = -1;
@@ -31,14 +29,6 @@ vpmm_status_t vpmm_config_init(vpmm_config_t *config)
     config->worker = -1;
     config->ipc = -1;
     config->default_stream = VPMM_DEFAULT_STREAM_UNSET;
-    return VPMM_SUCCESS;
-}
-
-vpmm_status_t vpmm_config_init_per_thread(vpmm_config_t *config)
-{
-    VPMM_CHECK(vpmm_config_init(config));
-    config->default_stream = VPMM_DEFAULT_STREAM_PER_THREAD;
-    return VPMM_SUCCESS;
 }
 
 static int parse_digits(const char **p, size_t *out)
@@ -358,7 +348,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_default_stream_t env_default = VPMM_DEFAULT_STREAM_UNSET;
 
     if (config == NULL) {
-        vpmm_config_init(&defaults);
+        vpmm_i_config_defaults(&defaults);
         config = &defaults;
     }
     if (config->backend != VPMM_BACKEND_DEFAULT && config->backend != VPMM_BACKEND_CUDA &&

@@ -44,7 +44,7 @@ typedef struct vpmm_options {
     unsigned cache_percent;
     size_t max_bytes; /* 0: no cap; else a whole number of pages once finished */
     int verbose;
-    int driver_stats;       /* wrap the backend in the counting decorator (api/create.c) */
+    int driver_stats;       /* wrap the backend in the counting decorator (api/pool.c) */
     int worker;             /* a background thread unmaps zombies (worker.c) */
     int ipc;                /* create exportable physical memory (CUDA IPC, share.c) */
     size_t handle_pages;    /* the most pages an ordinary growth puts in one handle (policy.c) */

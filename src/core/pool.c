@@ -1,7 +1,8 @@
 /*
- * pool.c — the public entry points destroy, free, stream release, and the core halves of create
- * (vpmm_i_pool_create_on) and malloc (vpmm_i_malloc_shared, the frame's begin/end); src/api/ has
- * vpmm_pool_create (the backend factory) and vpmm_malloc (which routes a malloc).
+ * pool.c — the core halves of the pool's life and of its blocks': create (vpmm_i_pool_create_on),
+ * destroy, malloc (vpmm_i_malloc_shared, the frame vpmm_i_malloc_enter/_leave), free and stream
+ * release (entry.h declares them; src/api/pool.c and src/api/malloc.c hold the public entry points,
+ * which check the arguments and call these).
  *
  * The shared pool's malloc runs the phases of docs/ALGORITHM.md in order and stops at the first
  * that finds room:
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "entry.h"
 #include "pool.h"
 
 /* ---- creation ---------------------------------------------------------------------------- */
@@ -197,13 +199,9 @@ fail_drv:
     return st;
 }
 
-vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
+vpmm_status_t vpmm_i_pool_destroy(vpmm_pool_t *pool)
 {
     vpmm_status_t st, rst;
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_pool_destroy: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     /* Graph pools first: a graph destroyed just before returns its pages (and their live
      * allocations) to the shared pool, which the live-allocation test then sees. */
@@ -416,28 +414,22 @@ vpmm_status_t vpmm_i_malloc_shared(vpmm_pool_t *pool, const char *fn, vpmm_strea
     return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_i_malloc_begin(vpmm_pool_t *pool, const char *fn, size_t size,
+vpmm_status_t vpmm_i_malloc_enter(vpmm_pool_t *pool, const char *fn, size_t size,
                                   vpmm_stream_t stream, void **out_ptr, vpmm_malloc_call_t *c)
 {
-    return vpmm_i_malloc_enter(pool, fn, size, stream, out_ptr, c);
+    return vpmm_i_malloc_enter_inline(pool, fn, size, stream, out_ptr, c);
 }
 
-void vpmm_i_malloc_end(vpmm_pool_t *pool, const vpmm_malloc_call_t *c, vpmm_status_t st,
-                       size_t size, void **out_ptr)
+void vpmm_i_malloc_leave(vpmm_pool_t *pool, const vpmm_malloc_call_t *c, vpmm_status_t st,
+                         size_t size, void **out_ptr)
 {
-    vpmm_i_malloc_leave(pool, c, st, size, out_ptr);
+    vpmm_i_malloc_leave_inline(pool, c, st, size, out_ptr);
 }
 
-vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
+vpmm_status_t vpmm_i_free(vpmm_pool_t *pool, void *ptr)
 {
     vpmm_region_t *r;
     vpmm_status_t st = VPMM_SUCCESS;
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_free: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
-    if (ptr == NULL)
-        return VPMM_SUCCESS;
     vpmm_i_lock(pool);
     /* One probe: the allocation leaves the table as it is found. */
     r = vpmm_hmap_remove(&pool->allocs, (uintptr_t)ptr);
@@ -466,17 +458,13 @@ out:
     return st;
 }
 
-vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
+vpmm_status_t vpmm_i_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
 {
     vpmm_capture_status_t cap = VPMM_CAPTURE_NONE;
     vpmm_dres_t dres = VPMM_DRV_OK;
     vpmm_stream_key_t key;
     vpmm_stream_rec_t *s;
     vpmm_status_t st;
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_stream_release: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     /* A stream being captured is still in use: releasing it would end vpmm's record of the
      * capture while CUDA's goes on. Refused, nothing changed. */
     key = vpmm_i_stream_key(pool, stream);

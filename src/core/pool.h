@@ -601,10 +601,11 @@ vpmm_status_t vpmm_i_malloc_shared(vpmm_pool_t *pool, const char *fn, vpmm_strea
                                    size_t size, size_t rsize, void **out_ptr,
                                    vpmm_precreated_t *pre);
 
-/* vpmm_i_malloc_begin and _end (internal.h), inline for the malloc hot path (src/api/malloc.c):
- * the public malloc makes one call into the core, as it did before the API floor routed it. */
-static inline void vpmm_i_malloc_leave(vpmm_pool_t *pool, const vpmm_malloc_call_t *c,
-                                       vpmm_status_t st, size_t size, void **out_ptr)
+/* The malloc frame, vpmm_i_malloc_enter and _leave (internal.h), inline for the malloc hot path
+ * (src/api/malloc.c): the public malloc makes one call into the core, as it did before the API
+ * floor routed it. graph/ calls the out-of-line copies (pool.c). */
+static inline void vpmm_i_malloc_leave_inline(vpmm_pool_t *pool, const vpmm_malloc_call_t *c,
+                                              vpmm_status_t st, size_t size, void **out_ptr)
 {
     if (VPMM_UNLIKELY(pool->record != NULL) && st == VPMM_SUCCESS)
         vpmm_i_record_op(pool, 'a', (uintptr_t)*out_ptr, size, c->key);
@@ -617,9 +618,9 @@ static inline void vpmm_i_malloc_leave(vpmm_pool_t *pool, const vpmm_malloc_call
     vpmm_i_unlock(pool);
 }
 
-static inline vpmm_status_t vpmm_i_malloc_enter(vpmm_pool_t *pool, const char *fn, size_t size,
-                                                vpmm_stream_t stream, void **out_ptr,
-                                                vpmm_malloc_call_t *c)
+static inline vpmm_status_t vpmm_i_malloc_enter_inline(vpmm_pool_t *pool, const char *fn,
+                                                       size_t size, vpmm_stream_t stream,
+                                                       void **out_ptr, vpmm_malloc_call_t *c)
 {
     vpmm_dres_t dres = VPMM_DRV_OK;
     vpmm_status_t st;
@@ -652,7 +653,7 @@ static inline vpmm_status_t vpmm_i_malloc_enter(vpmm_pool_t *pool, const char *f
     vpmm_i_lock(pool);
     st = vpmm_i_drv_status(pool, dres);
     if (st != VPMM_SUCCESS)
-        vpmm_i_malloc_leave(pool, c, st, size, out_ptr); /* counted as any failed malloc */
+        vpmm_i_malloc_leave_inline(pool, c, st, size, out_ptr); /* counted as any failed malloc */
     return st;
 }
 

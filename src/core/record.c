@@ -334,6 +334,6 @@ vpmm_status_t vpmm_i_record_close(vpmm_pool_t *p)
         return VPMM_SUCCESS;
     vpmm_i_set_error("the trace file %s is incomplete: %s", path,
                      failed > 0 ? strerror(failed) : "zlib could not write it");
-    fprintf(stderr, "vpmm: %s\n", vpmm_last_error());
+    fprintf(stderr, "vpmm: %s\n", vpmm_i_last_error());
     return VPMM_ERROR_IO;
 }

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "entry.h"
 #include "pool.h"
 
 /* The largest region of a tree: the last of each size class (I13: the small keys come last). */
@@ -231,16 +232,9 @@ void vpmm_i_oom_summary(const vpmm_pool_t *p)
                 (unsigned long long)p->oom_unprinted, VPMM_VERBOSE_OOM_REPORTS);
 }
 
-vpmm_status_t vpmm_pool_oom_report(const vpmm_pool_t *pool, char *buf, size_t len)
+void vpmm_i_oom_report_copy(const vpmm_pool_t *pool, char *buf, size_t len)
 {
-    if (pool == NULL || (buf == NULL && len > 0)) {
-        vpmm_i_set_error("vpmm_pool_oom_report: %s is NULL", pool == NULL ? "pool" : "buf");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
-    if (len == 0)
-        return VPMM_SUCCESS;
     vpmm_i_lock(pool);
     snprintf(buf, len, "%s", pool->oom_report);
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }

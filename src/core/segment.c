@@ -8,6 +8,7 @@
  *
  * Under the pool lock; the hook runs under it too.
  */
+#include "entry.h"
 #include "pool.h"
 
 void vpmm_i_segment_report(vpmm_pool_t *p, vpmm_segment_event_t ev, uintptr_t va, size_t size,
@@ -61,17 +62,12 @@ void vpmm_i_segment_chunk(vpmm_pool_t *p, const vpmm_chunk_t *c, vpmm_segment_ev
         (void)each_live(p, c, report_one, &k);
 }
 
-vpmm_status_t vpmm_pool_set_segment_hook(vpmm_pool_t *pool, vpmm_segment_hook_t hook, void *user)
+void vpmm_i_set_segment_hook(vpmm_pool_t *pool, vpmm_segment_hook_t hook, void *user)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_pool_set_segment_hook: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     pool->segment_hook = hook;
     pool->segment_user = hook != NULL ? user : NULL;
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }
 
 typedef struct walk_ctx {
@@ -86,18 +82,12 @@ static int visit_one(const vpmm_phys_t *ph, const vpmm_chunk_t *c, void *ctx)
     return w->visit(&info, w->user);
 }
 
-vpmm_status_t vpmm_pool_walk_segments(const vpmm_pool_t *pool, vpmm_segment_visitor_t visit,
-                                      void *user)
+void vpmm_i_walk_segments(const vpmm_pool_t *pool, vpmm_segment_visitor_t visit, void *user)
 {
     walk_ctx_t w = { visit, user };
-    if (pool == NULL || visit == NULL) {
-        vpmm_i_set_error("vpmm_pool_walk_segments: %s is NULL", pool == NULL ? "pool" : "visit");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     for (const vpmm_chunk_t *c = pool->chunks; c; c = c->next)
         if (each_live(pool, c, visit_one, &w) != 0)
             break;
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }

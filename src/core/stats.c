@@ -1,5 +1,7 @@
 /*
- * stats.c — statistics, the region walk and the human-readable dump.
+ * stats.c — statistics, the region walk and the human-readable dump: the core halves of
+ * vpmm_get_stats, vpmm_reset_peak_stats, vpmm_pointer_info, vpmm_pool_walk, vpmm_pool_dump and
+ * vpmm_pool_last_driver_error (src/api/inspect.c checks the arguments, entry.h declares them).
  *
  * Byte counters are maintained incrementally by the index (region.c) and pages (pages.c), so
  * reading them is O(1); the walk and the dump visit every region in address order. All functions
@@ -8,16 +10,13 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "entry.h"
 #include "pool.h"
 
-vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
+void vpmm_i_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
 {
     const vpmm_counters_t *c;
     size_t private_mapped = 0, private_live = 0;
-    if (pool == NULL || out == NULL) {
-        vpmm_i_set_error("vpmm_get_stats: %s is NULL", pool == NULL ? "pool" : "out_stats");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     /* Graph pools whose graphs CUDA has just let go of count as returned from now on. */
     vpmm_i_graphs_collect((vpmm_pool_t *)pool);
@@ -73,20 +72,14 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
     out->fragmentation =
         c->free_bytes ? 1.0 - (double)out->largest_free_bytes / (double)c->free_bytes : 0.0;
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_reset_peak_stats(vpmm_pool_t *pool)
+void vpmm_i_reset_peak_stats(vpmm_pool_t *pool)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_reset_peak_stats: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     pool->c.peak_live_bytes = pool->c.live_bytes;
     pool->c.peak_mapped_bytes = pool->c.mapped_bytes;
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }
 
 void vpmm_i_region_info(const vpmm_region_t *r, vpmm_region_info_t *out)
@@ -104,15 +97,11 @@ void vpmm_i_region_info(const vpmm_region_t *r, vpmm_region_info_t *out)
     };
 }
 
-vpmm_status_t vpmm_pointer_info(const vpmm_pool_t *pool, const void *ptr,
-                                vpmm_region_info_t *out_info)
+vpmm_status_t vpmm_i_pointer_info(const vpmm_pool_t *pool, const void *ptr,
+                                  vpmm_region_info_t *out_info)
 {
     vpmm_region_t *r;
     vpmm_status_t st = VPMM_SUCCESS;
-    if (pool == NULL || out_info == NULL) {
-        vpmm_i_set_error("vpmm_pointer_info: %s is NULL", pool == NULL ? "pool" : "out_info");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     /* An allocation's start: one probe; anywhere else: the region holding it. */
     r = vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr);
@@ -128,12 +117,8 @@ vpmm_status_t vpmm_pointer_info(const vpmm_pool_t *pool, const void *ptr,
     return st;
 }
 
-vpmm_status_t vpmm_pool_walk(const vpmm_pool_t *pool, vpmm_region_visitor_t visit, void *user)
+void vpmm_i_pool_walk(const vpmm_pool_t *pool, vpmm_region_visitor_t visit, void *user)
 {
-    if (pool == NULL || visit == NULL) {
-        vpmm_i_set_error("vpmm_pool_walk: %s is NULL", pool == NULL ? "pool" : "visit");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     for (const vpmm_chunk_t *c = pool->chunks; c; c = c->next) {
         for (const vpmm_region_t *r = c->first; r; r = r->next) {
@@ -145,7 +130,6 @@ vpmm_status_t vpmm_pool_walk(const vpmm_pool_t *pool, vpmm_region_visitor_t visi
     }
 out:
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }
 
 static const char *state_name(const vpmm_region_t *r)
@@ -163,14 +147,10 @@ static const char *state_name(const vpmm_region_t *r)
     return "?";
 }
 
-vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out)
+vpmm_status_t vpmm_i_pool_dump(const vpmm_pool_t *pool, FILE *out)
 {
     char a[32], b[32], c2[32], d[32], e[32];
     const vpmm_counters_t *c;
-    if (pool == NULL || out == NULL) {
-        vpmm_i_set_error("vpmm_pool_dump: %s is NULL", pool == NULL ? "pool" : "out");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     c = &pool->c;
     fprintf(out, "vpmm pool (%s backend), page %s, %u VA chunk(s) of %s", pool->drv->name,
@@ -232,21 +212,10 @@ vpmm_status_t vpmm_pool_dump(const vpmm_pool_t *pool, FILE *out)
     return VPMM_SUCCESS;
 }
 
-const char *vpmm_pool_backend_name(const vpmm_pool_t *pool)
+void vpmm_i_last_driver_error(const vpmm_pool_t *pool, int *out_code, const char **out_call)
 {
-    return pool ? pool->drv->name : NULL;
-}
-
-vpmm_status_t vpmm_pool_last_driver_error(const vpmm_pool_t *pool, int *out_code,
-                                          const char **out_call)
-{
-    if (pool == NULL || out_code == NULL || out_call == NULL) {
-        vpmm_i_set_error("vpmm_pool_last_driver_error: NULL argument");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     *out_code = pool->drv_code;
     *out_call = pool->drv_call;
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }

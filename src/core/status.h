@@ -11,6 +11,9 @@
 /* Sets this thread's vpmm_last_error() message (printf-style, truncated to one line). */
 void vpmm_i_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* This thread's message (vpmm_last_error returns it). */
+const char *vpmm_i_last_error(void);
+
 /* The public status for a failed driver result: OOM, no device and not supported keep their
  * meaning; anything else is VPMM_ERROR_DRIVER. */
 vpmm_status_t vpmm_i_status_from_dres(vpmm_dres_t r);

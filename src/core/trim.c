@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "array.h"
+#include "entry.h"
 #include "pool.h"
 
 /* Retries the releases that failed before; keeps those that fail again. */
@@ -122,17 +123,13 @@ static vpmm_status_t unmap_handle(vpmm_pool_t *p, vpmm_phys_t *ph, vpmm_drv_hand
     return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
+vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
 {
     vpmm_phys_t **cand = NULL;
     vpmm_drv_handle_t *unmapped = NULL;
     size_t n = 0, cap = 0, nunmapped = 0, before, failed = 0;
     vpmm_status_t st;
 
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_trim: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     /* The worker's pass finishes first and no other starts meanwhile: every zombie whose GPU work
      * is done is unmapped below, so its handle can go back (a handle with a zombie mapping
      * stays). */
@@ -205,21 +202,9 @@ vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_rele
     return st;
 }
 
-vpmm_status_t vpmm_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes)
+void vpmm_i_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_set_max_bytes: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
-    if (max_bytes != 0 && max_bytes < pool->page_size) {
-        char a[32];
-        vpmm_i_set_error("vpmm_set_max_bytes: %zu bytes is less than one page (%s); 0 lifts the "
-                         "cap",
-                         max_bytes, vpmm_i_format_bytes(pool->page_size, a, sizeof a));
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     vpmm_i_lock(pool);
     pool->opt.max_bytes = vpmm_align_down(max_bytes, pool->page_size);
     vpmm_i_unlock(pool);
-    return VPMM_SUCCESS;
 }

@@ -30,6 +30,7 @@
  */
 #include <stdlib.h>
 
+#include "entry.h"
 #include "pool.h"
 
 /* Room for one more use; -1 when out of host memory (nothing changed). */
@@ -58,25 +59,18 @@ vpmm_status_t vpmm_i_uses_room(vpmm_region_t *r)
     return VPMM_ERROR_HOST_OUT_OF_MEMORY;
 }
 
-vpmm_status_t vpmm_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t stream)
+vpmm_status_t vpmm_i_record_stream(vpmm_pool_t *pool, void *ptr, vpmm_stream_t stream)
 {
     vpmm_stream_key_t key;
     vpmm_region_t *r;
     vpmm_stream_rec_t *s;
     vpmm_status_t st = VPMM_SUCCESS;
 
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_record_stream: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
     key = vpmm_i_stream_key(pool, stream);
     vpmm_i_lock(pool);
-    r = ptr ? vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr) : NULL;
+    r = vpmm_hmap_get(&pool->allocs, (uintptr_t)ptr);
     if (r == NULL) {
-        st =
-            ptr ? vpmm_i_bad_pointer(pool, ptr, "vpmm_record_stream") : VPMM_ERROR_INVALID_ARGUMENT;
-        if (ptr == NULL)
-            vpmm_i_set_error("vpmm_record_stream: ptr is NULL");
+        st = vpmm_i_bad_pointer(pool, ptr, "vpmm_record_stream");
         goto out;
     }
     /* A released stream's handle may name a new stream: that one is not the same stream. */

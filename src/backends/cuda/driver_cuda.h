@@ -1,7 +1,7 @@
 /*
  * driver_cuda.h — the CUDA backend's opener (driver_cuda.c): the real driver behind the table of
  * src/driver/driver.h, loaded at run time from libcuda.so.1. Only the API floor's backend
- * factory (src/api/create.c) and the backend's own tests include it; nothing here needs cuda.h.
+ * factory (src/api/pool.c) and the backend's own tests include it; nothing here needs cuda.h.
  */
 #ifndef VPMM_DRIVER_CUDA_H
 #define VPMM_DRIVER_CUDA_H

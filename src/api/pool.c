@@ -1,11 +1,15 @@
 /*
- * create.c — the API floor's pool creation: resolves the options, opens the backend the options
- * name (the backend factory: the only file above the backends that knows them) and hands the
- * driver to the core (vpmm_i_pool_create_on), with the build's graph hooks
- * (vpmm_i_graph_hooks(): graph/'s when it is built in, VPMM_WITH_GRAPHS; this floor never names
- * graph/); with driver_stats on, it wraps that driver in the counting decorator
- * (backends/count/) first, so that other pools call their backend directly, at no cost.
- * Stateless; thread-safe as the calls it makes.
+ * pool.c — the API floor's entry points for a pool's life: vpmm_config_init, vpmm_pool_create,
+ * vpmm_pool_destroy, vpmm_stream_release, vpmm_trim, vpmm_set_max_bytes and
+ * vpmm_pool_set_segment_hook. Each checks the caller's arguments and calls the core's half
+ * (src/core/entry.h), which takes the pool lock.
+ *
+ * Creation resolves the options, opens the backend the options name (the backend factory: the
+ * only file above the backends that knows them) and hands the driver to the core
+ * (vpmm_i_pool_create_on), with the build's graph hooks (vpmm_i_graph_hooks(): graph/'s when it
+ * is built in, VPMM_WITH_GRAPHS; this floor never names graph/); with driver_stats on, it wraps
+ * that driver in the counting decorator (backends/count/) first, so that other pools call their
+ * backend directly, at no cost. Stateless; thread-safe as the calls it makes.
  */
 #include <stdio.h>
 
@@ -112,4 +116,75 @@ vpmm_status_t vpmm_a_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
 {
     VPMM_CHECK(maybe_count(opt, &drv, &owns_drv));
     return vpmm_i_pool_create_on(opt, drv, owns_drv, vpmm_i_graph_hooks(), out);
+}
+
+vpmm_status_t vpmm_config_init(vpmm_config_t *config)
+{
+    if (config == NULL) {
+        vpmm_i_set_error("vpmm_config_init: config is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_config_defaults(config);
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_config_init_per_thread(vpmm_config_t *config)
+{
+    VPMM_CHECK(vpmm_config_init(config));
+    config->default_stream = VPMM_DEFAULT_STREAM_PER_THREAD;
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
+{
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_pool_destroy: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    return vpmm_i_pool_destroy(pool);
+}
+
+vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
+{
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_stream_release: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    return vpmm_i_stream_release(pool, stream);
+}
+
+vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
+{
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_trim: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    return vpmm_i_trim(pool, target_bytes, out_released);
+}
+
+vpmm_status_t vpmm_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes)
+{
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_set_max_bytes: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    if (max_bytes != 0 && max_bytes < pool->page_size) { /* page_size: set at creation */
+        char a[32];
+        vpmm_i_set_error("vpmm_set_max_bytes: %zu bytes is less than one page (%s); 0 lifts the "
+                         "cap",
+                         max_bytes, vpmm_i_format_bytes(pool->page_size, a, sizeof a));
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_set_max_bytes(pool, max_bytes);
+    return VPMM_SUCCESS;
+}
+
+vpmm_status_t vpmm_pool_set_segment_hook(vpmm_pool_t *pool, vpmm_segment_hook_t hook, void *user)
+{
+    if (pool == NULL) {
+        vpmm_i_set_error("vpmm_pool_set_segment_hook: pool is NULL");
+        return VPMM_ERROR_INVALID_ARGUMENT;
+    }
+    vpmm_i_set_segment_hook(pool, hook, user);
+    return VPMM_SUCCESS;
 }
