@@ -80,8 +80,10 @@ SUBLAYERS = {
         ("uses.c", "stream.c"),  # streams: keys, markers, polls; cross-stream uses
         # the pool's data: regions, caches, VA, pages, the share slots other processes count in
         ("pages.c", "va.c", "cache.c", "region.c", "share_table.c", "segment.c"),
-        # base: lock wrappers and driver status, options, trace recording, NVTX, errors
-        ("pool_base.c", "options.c", "record.c", "nvtx.c", "lock.c", "status.c"),
+        # base: internal.h's accessors and the lock wrappers, a driver result as the pool's
+        # status, options, trace recording, NVTX, the lock's slow paths, errors
+        ("internal.c", "driver_error.c", "options.c", "record.c", "nvtx.c", "lock.c",
+         "status.c"),
     ],
 }
 

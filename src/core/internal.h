@@ -29,7 +29,7 @@ typedef struct vpmm_arena vpmm_arena_t;           /* a pool of memory: shared, o
 typedef struct vpmm_stream_rec vpmm_stream_rec_t; /* a tracked stream */
 typedef struct vpmm_region vpmm_region_t;         /* a region of a VA chunk */
 
-/* ---- the pool (pool_base.c) --------------------------------------------------------------- */
+/* ---- the pool (internal.c; vpmm_i_drv_status: driver_error.c) ------------------------------ */
 
 void vpmm_i_lock(const vpmm_pool_t *p);
 void vpmm_i_unlock(const vpmm_pool_t *p);
