@@ -20,7 +20,7 @@
 #include "api.h"
 #include "driver_fault.h"
 #include "driver_host.h"
-#include "pool.h"
+#include "core.h"
 #include "test_rng.h"
 #include "vpmm.h"
 

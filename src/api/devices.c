@@ -8,6 +8,9 @@
  * holds the pool lock for its bookkeeping and driver calls.
  */
 #include "api.h"
+#include "peer.h"
+#include "share.h"
+#include "region.h"
 
 vpmm_status_t vpmm_pool_device(const vpmm_pool_t *pool, int *out_device)
 {

@@ -24,7 +24,18 @@
 #include <string.h>
 
 #include "array.h"
+#include "arena.h"
+#include "cache.h"
+#include "defrag.h"
+#include "graph_hooks.h"
+#include "pages.h"
+#include "policy.h"
 #include "pool.h"
+#include "region.h"
+#include "segment.h"
+#include "stats.h"
+#include "uses.h"
+#include "va.h"
 
 /* ---- life ---------------------------------------------------------------------------------- */
 

@@ -25,7 +25,10 @@
  * tree. An emptied list keeps its key (value NULL) until the next flush clears the table, so a
  * take or put is one probe. Called under the pool lock; checked in check.c.
  */
+#include "cache.h"
 #include "pool.h"
+#include "region.h"
+#include "stream.h"
 
 int vpmm_i_cache_put(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_region_t *r)
 {

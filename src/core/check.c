@@ -14,7 +14,11 @@
 #include <stdlib.h>
 
 #include "entry.h"
+#include "arena.h"
+#include "pages.h"
 #include "pool.h"
+#include "region.h"
+#include "share.h"
 
 typedef struct checker {
     FILE *out;

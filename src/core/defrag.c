@@ -22,7 +22,16 @@
  */
 #include <stdlib.h>
 
+#include "arena.h"
+#include "defrag.h"
+#include "pages.h"
+#include "policy.h"
 #include "pool.h"
+#include "region.h"
+#include "segment.h"
+#include "stats.h"
+#include "stream.h"
+#include "va.h"
 
 /* Turn the unmapped prefix [z->addr, z->addr + done) of zombie z into hole. The hole coalesces
  * with its neighbours: z may grow or be freed, so the caller must not look at it afterwards. */

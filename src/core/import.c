@@ -38,6 +38,7 @@
 #include "array.h"
 #include "ipc_wire.h"
 #include "pool.h"
+#include "share.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434 /* the same number on every architecture since Linux 5.3 */

@@ -13,6 +13,8 @@
  */
 #include <stdlib.h>
 
+#include "cache.h"
+#include "pages.h"
 #include "pool.h"
 
 /* A release or unmap that undoes work or gives memory back gets a second try: one transient driver

@@ -23,7 +23,9 @@
  */
 #include <stdlib.h>
 
+#include "peer.h"
 #include "pool.h"
+#include "share.h"
 
 typedef struct run {
     uintptr_t va;

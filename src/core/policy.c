@@ -26,7 +26,12 @@
 #include <string.h>
 
 #include "array.h"
+#include "arena.h"
+#include "pages.h"
+#include "policy.h"
 #include "pool.h"
+#include "region.h"
+#include "stream.h"
 
 static vpmm_region_t *region_of(vpmm_rb_node_t *n)
 {

@@ -26,8 +26,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
+#include "cache.h"
+#include "defrag.h"
 #include "entry.h"
+#include "graph_hooks.h"
+#include "pages.h"
+#include "policy.h"
 #include "pool.h"
+#include "record.h"
+#include "region.h"
+#include "report.h"
+#include "segment.h"
+#include "share.h"
+#include "stats.h"
+#include "stream.h"
+#include "uses.h"
+#include "va.h"
+#include "worker.h"
 
 /* ---- creation ---------------------------------------------------------------------------- */
 

@@ -37,6 +37,7 @@
 
 #include "array.h"
 #include "pool.h"
+#include "record.h"
 
 #define RECORD_BUFFER (64 * 1024)
 

@@ -16,7 +16,12 @@
 #include <string.h>
 
 #include "array.h"
+#include "arena.h"
+#include "pages.h"
 #include "pool.h"
+#include "region.h"
+#include "stream.h"
+#include "uses.h"
 
 #define REGION_SLAB 256
 

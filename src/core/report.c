@@ -22,7 +22,11 @@
 #include <string.h>
 
 #include "entry.h"
+#include "pages.h"
 #include "pool.h"
+#include "region.h"
+#include "report.h"
+#include "stream.h"
 
 /* The largest region of a tree: the last of each size class (I13: the small keys come last). */
 static size_t tree_max(const vpmm_rbtree_t *t)

@@ -9,7 +9,9 @@
  * Under the pool lock; the hook runs under it too.
  */
 #include "entry.h"
+#include "pages.h"
 #include "pool.h"
+#include "segment.h"
 
 void vpmm_i_segment_report(vpmm_pool_t *p, vpmm_segment_event_t ev, uintptr_t va, size_t size,
                            const vpmm_arena_t *a)

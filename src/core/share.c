@@ -23,7 +23,11 @@
 #include <unistd.h>
 
 #include "ipc_wire.h"
+#include "arena.h"
+#include "pages.h"
 #include "pool.h"
+#include "share.h"
+#include "uses.h"
 
 /* The handles holding [r->addr, r->addr + r->size), in address order: how many, and the first. */
 static size_t handles_of(const vpmm_pool_t *p, const vpmm_region_t *r, vpmm_phys_t **first)

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "pool.h"
+#include "share.h"
 
 #define FIRST_SLOTS 512 /* one 4 KiB page */
 

@@ -11,7 +11,13 @@
 #include <stdio.h>
 
 #include "entry.h"
+#include "graph_hooks.h"
+#include "peer.h"
 #include "pool.h"
+#include "region.h"
+#include "report.h"
+#include "share.h"
+#include "stats.h"
 
 void vpmm_i_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
 {

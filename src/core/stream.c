@@ -39,7 +39,11 @@
 #include <string.h>
 
 #include "array.h"
+#include "arena.h"
+#include "cache.h"
 #include "pool.h"
+#include "region.h"
+#include "stream.h"
 
 uint64_t vpmm_i_thread_token(void)
 {

@@ -7,7 +7,9 @@
  *
  * Called under the pool lock. Invariant I8 (pool.h) is checked in check.c.
  */
+#include "cache.h"
 #include "pool.h"
+#include "stream.h"
 
 /* Another thread's per-thread stream record that holds nothing: no region names it, no marker
  * is in flight, no call holds it across an unlock. Freed, it costs nothing: its thread gets a

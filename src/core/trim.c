@@ -21,7 +21,18 @@
 
 #include "array.h"
 #include "entry.h"
+#include "arena.h"
+#include "cache.h"
+#include "defrag.h"
+#include "graph_hooks.h"
+#include "pages.h"
 #include "pool.h"
+#include "region.h"
+#include "segment.h"
+#include "share.h"
+#include "stream.h"
+#include "va.h"
+#include "worker.h"
 
 /* Retries the releases that failed before; keeps those that fail again. */
 static vpmm_status_t retry_unreleased(vpmm_pool_t *p)

@@ -32,6 +32,10 @@
 
 #include "entry.h"
 #include "pool.h"
+#include "region.h"
+#include "share.h"
+#include "stream.h"
+#include "uses.h"
 
 /* Room for one more use; -1 when out of host memory (nothing changed). */
 static int uses_reserve(vpmm_region_t *r)

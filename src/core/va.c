@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "pool.h"
+#include "region.h"
+#include "va.h"
 
 /*
  * A graph pool's chunk is smaller than the shared pool's: a process may hold hundreds of graph

@@ -46,7 +46,13 @@
 #include <time.h>
 
 #include "array.h"
+#include "arena.h"
+#include "defrag.h"
+#include "pages.h"
 #include "pool.h"
+#include "region.h"
+#include "va.h"
+#include "worker.h"
 
 /* While zombies wait for the GPU, the worker looks again after this long, doubling up to the
  * maximum (no GPU work is quicker than a few microseconds; a step of a model takes milliseconds).

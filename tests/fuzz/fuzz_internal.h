@@ -17,7 +17,7 @@
 #include "api.h"
 #include "driver_fault.h"
 #include "driver_host.h"
-#include "pool.h"
+#include "core.h"
 #include "vpmm.h"
 
 #define KiB ((size_t)1 << 10)
