@@ -49,7 +49,7 @@ static int new_block(vpmm_pool_t *pool, block_t *b, size_t size, vpmm_stream_t s
     if (on_gpu) {
         int e = demo_gpu_fill(b->p, size, seed, s); /* queued on s: no host synchronisation */
         if (e != 0)
-            fprintf(stderr, "demo: fill kernel: %s\n", demo_gpu_error(e));
+            fprintf(stderr, "demo: fill kernel: %s\n", sample_gpu_error(e));
         return e != 0;
     }
 #endif
@@ -189,9 +189,9 @@ int main(void)
 #ifdef VPMM_DEMO_KERNELS
     if (on_gpu) {
         char name[256] = "?";
-        demo_gpu_name(name, sizeof name);
+        sample_gpu_name(name, sizeof name);
         printf("running on CUDA device 0: %s\n", name);
-        if (demo_stream_create(&a) != 0 || demo_stream_create(&b) != 0) {
+        if (sample_stream_create(&a) != 0 || sample_stream_create(&b) != 0) {
             fprintf(stderr, "demo: cudaStreamCreate failed\n");
             return 1;
         }
@@ -220,8 +220,8 @@ int main(void)
     vpmm_stream_release(pool, b);
 #ifdef VPMM_DEMO_KERNELS
     if (on_gpu) {
-        demo_stream_destroy(a);
-        demo_stream_destroy(b);
+        sample_stream_destroy(a);
+        sample_stream_destroy(b);
     }
 #endif
     if (rc != 0)

@@ -39,28 +39,6 @@ __global__ void count_kernel(const unsigned char *p, size_t n, unsigned seed)
 
 } // namespace
 
-extern "C" int demo_gpu_name(char *buf, size_t len)
-{
-    cudaDeviceProp prop;
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaGetDeviceProperties(&prop, dev);
-    if (e == cudaSuccess && len > 0)
-        snprintf(buf, len, "%s", prop.name);
-    return (int)e;
-}
-
-extern "C" int demo_stream_create(vpmm_stream_t *out)
-{
-    return (int)cudaStreamCreateWithFlags(out, cudaStreamNonBlocking);
-}
-
-extern "C" int demo_stream_destroy(vpmm_stream_t s)
-{
-    return (int)cudaStreamDestroy(s);
-}
-
 extern "C" int demo_gpu_fill(void *p, size_t n, unsigned seed, vpmm_stream_t s)
 {
     fill_kernel<<<blocks_for(n), 256, 0, s>>>(static_cast<unsigned char *>(p), n, seed);
@@ -82,9 +60,4 @@ extern "C" int demo_gpu_count_bad(const void *p, size_t n, unsigned seed, vpmm_s
         e = cudaStreamSynchronize(s);
     *out_bad = (size_t)bad;
     return (int)e;
-}
-
-extern "C" const char *demo_gpu_error(int err)
-{
-    return cudaGetErrorString((cudaError_t)err);
 }

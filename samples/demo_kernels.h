@@ -1,33 +1,25 @@
 /*
  * demo_kernels.h — the demo's only CUDA code (demo_kernels.cu), behind a C interface so that
  * demo.c needs no CUDA header. Built only when CMake found nvcc (VPMM_DEMO_KERNELS=1). Every
- * function returns a cudaError_t as int (0 = success); demo_gpu_error names it.
+ * function returns a cudaError_t as int (0 = success); sample_gpu_error names it.
  */
 #ifndef VPMM_DEMO_KERNELS_H
 #define VPMM_DEMO_KERNELS_H
 
 #include <stddef.h>
 
+#include "sample_gpu.h"
 #include "vpmm.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The name of the current CUDA device. */
-int demo_gpu_name(char *buf, size_t len);
-
-/* A new non-blocking stream, and its destruction. */
-int demo_stream_create(vpmm_stream_t *out);
-int demo_stream_destroy(vpmm_stream_t s);
-
 /* Enqueues a kernel on s that sets byte i of [p, p+n) to (seed + i) % 256. */
 int demo_gpu_fill(void *p, size_t n, unsigned seed, vpmm_stream_t s);
 
 /* Counts the bytes of [p, p+n) that differ from that pattern, on s; waits for the answer. */
 int demo_gpu_count_bad(const void *p, size_t n, unsigned seed, vpmm_stream_t s, size_t *out_bad);
-
-const char *demo_gpu_error(int err);
 
 #ifdef __cplusplus
 }

@@ -55,28 +55,6 @@ __global__ void fold_kernel(float *out, size_t m, const float *x, size_t n)
 
 } // namespace
 
-extern "C" int gpu_device_name(char *buf, size_t len)
-{
-    cudaDeviceProp prop;
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaGetDeviceProperties(&prop, dev);
-    if (e == cudaSuccess && len > 0)
-        snprintf(buf, len, "%s", prop.name);
-    return (int)e;
-}
-
-extern "C" int gpu_stream_create(vpmm_stream_t *out)
-{
-    return (int)cudaStreamCreateWithFlags(out, cudaStreamNonBlocking);
-}
-
-extern "C" int gpu_stream_destroy(vpmm_stream_t s)
-{
-    return (int)cudaStreamDestroy(s);
-}
-
 extern "C" int gpu_affine_relu(float *out, const float *x, size_t n, float a, float b,
                                vpmm_stream_t s)
 {
@@ -126,9 +104,4 @@ extern "C" int gpu_graph_launch(gpu_exec_t exec, vpmm_stream_t s)
 extern "C" int gpu_exec_destroy(gpu_exec_t exec)
 {
     return (int)cudaGraphExecDestroy(exec);
-}
-
-extern "C" const char *gpu_error(int err)
-{
-    return cudaGetErrorString((cudaError_t)err);
 }

@@ -67,7 +67,7 @@ int ops_failed(const ops_ctx_t *c)
 static void gpu_check(ops_ctx_t *c, int err, const char *what)
 {
     if (err != 0)
-        fail(c, "%s failed: %s", what, gpu_error(err));
+        fail(c, "%s failed: %s", what, sample_gpu_error(err));
 }
 
 static int gpu_launch(const op_t *op, vpmm_stream_t s)
@@ -185,9 +185,9 @@ int ops_ctx_init(ops_ctx_t *c, vpmm_pool_t *pool)
 #ifdef VPMM_SAMPLE_KERNELS
         char name[256] = "?";
         c->mode = OPS_CUDA;
-        gpu_check(c, gpu_device_name(name, sizeof name), "cudaGetDeviceProperties");
+        gpu_check(c, sample_gpu_name(name, sizeof name), "cudaGetDeviceProperties");
         if (!c->failed)
-            gpu_check(c, gpu_stream_create(&c->stream), "cudaStreamCreate");
+            gpu_check(c, sample_stream_create(&c->stream), "cudaStreamCreate");
         if (!c->failed)
             printf("running on the GPU (%s)\n", name);
 #else
@@ -217,7 +217,7 @@ int ops_ctx_fini(ops_ctx_t *c)
     ops_check(c, vpmm_stream_release(c->pool, c->stream), "vpmm_stream_release");
 #ifdef VPMM_SAMPLE_KERNELS
     if (!c->failed && c->mode == OPS_CUDA)
-        gpu_check(c, gpu_stream_destroy(c->stream), "cudaStreamDestroy");
+        gpu_check(c, sample_stream_destroy(c->stream), "cudaStreamDestroy");
 #endif
     return c->failed;
 }

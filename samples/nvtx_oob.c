@@ -54,7 +54,7 @@ int main(int argc, char **argv)
 
     /* The CUDA runtime first: compute-sanitizer takes NVTX memory registrations only once it is
      * initialised (and this tells whether there is a GPU at all). */
-    if (demo_gpu_name(name, sizeof name) != 0) {
+    if (sample_gpu_name(name, sizeof name) != 0) {
         printf("nvtx_oob: no CUDA device: nothing to demonstrate (this sample needs a GPU and "
                "compute-sanitizer)\n");
         return 0;
@@ -63,8 +63,8 @@ int main(int argc, char **argv)
     cfg.backend = VPMM_BACKEND_CUDA;
     if ((st = vpmm_pool_create(&cfg, &pool)) != VPMM_SUCCESS)
         return fail("vpmm_pool_create", st);
-    if ((e = demo_stream_create(&s)) != 0) {
-        fprintf(stderr, "nvtx_oob: stream: %s\n", demo_gpu_error(e));
+    if ((e = sample_stream_create(&s)) != 0) {
+        fprintf(stderr, "nvtx_oob: stream: %s\n", sample_gpu_error(e));
         return 1;
     }
     if ((st = vpmm_malloc(pool, 1000, s, (void **)&a)) != VPMM_SUCCESS ||
@@ -99,7 +99,7 @@ int main(int argc, char **argv)
     if (e == 0)
         e = demo_gpu_count_bad(a, 1000, 7, s, &bad); /* waits for the stream */
     if (e != 0) {
-        fprintf(stderr, "nvtx_oob: kernel: %s\n", demo_gpu_error(e));
+        fprintf(stderr, "nvtx_oob: kernel: %s\n", sample_gpu_error(e));
         return 1;
     }
     printf("the GPU did not fault: writes 1 and 2 hit mapped memory (memcheck sees them only "
@@ -108,7 +108,7 @@ int main(int argc, char **argv)
         return fail("vpmm_free", st);
     if ((st = vpmm_stream_release(pool, s)) != VPMM_SUCCESS)
         return fail("vpmm_stream_release", st);
-    demo_stream_destroy(s);
+    sample_stream_destroy(s);
     if ((st = vpmm_pool_destroy(pool)) != VPMM_SUCCESS)
         return fail("vpmm_pool_destroy", st);
     return 0;
