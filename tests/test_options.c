@@ -938,104 +938,95 @@ static void test_finish_page_multiple_of_granularity(void **state)
     assert_int_equal(o.page_size_src, VPMM_FROM_ENV);
 }
 
+/* The settings vpmm_i_options_finish checks against each other, and where each came from. */
+typedef enum finish_setting { PAGE_SIZE, VA_SIZE, PREALLOC } finish_setting_t;
+
+static void set_option(vpmm_options_t *o, finish_setting_t s, size_t v, vpmm_option_source_t src)
+{
+    switch (s) {
+    case PAGE_SIZE:
+        o->page_size = v;
+        o->page_size_src = src;
+        break;
+    case VA_SIZE:
+        o->va_size = v;
+        o->va_size_src = src;
+        break;
+    case PREALLOC:
+        o->prealloc_pages = v;
+        o->prealloc_src = src;
+        break;
+    }
+}
+
+/*
+ * o with setting s = v, refused by vpmm_i_options_finish (granularity gran) whichever source set
+ * it: from the environment VPMM_ERROR_INVALID_ENV, the message naming the variable as written
+ * (env_text); from the config VPMM_ERROR_INVALID_CONFIG, naming the field (config_text). Both
+ * messages say `why` (the size the setting had to fit), where not NULL.
+ */
+static void expect_refused_from_both(vpmm_options_t o, finish_setting_t s, size_t v, size_t gran,
+                                     const char *env_text, const char *config_text,
+                                     const char *why)
+{
+    vpmm_options_t from_env = o, from_config = o;
+    set_option(&from_env, s, v, VPMM_FROM_ENV);
+    assert_int_equal(vpmm_i_options_finish(&from_env, gran), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions(env_text);
+    if (why != NULL)
+        assert_error_mentions(why);
+    set_option(&from_config, s, v, VPMM_FROM_CONFIG);
+    assert_int_equal(vpmm_i_options_finish(&from_config, gran), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions(config_text);
+    if (why != NULL)
+        assert_error_mentions(why);
+}
+
 static void test_finish_page_not_multiple(void **state)
 {
-    vpmm_options_t o = base_options();
     (void)state;
-    o.page_size = 3 * MiB;
-    o.page_size_src = VPMM_FROM_ENV;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
-    assert_error_mentions("VPMM_PAGE_SIZE=3145728");
-    assert_error_mentions("2 MiB");
-
-    o = base_options();
-    o.page_size = 3 * MiB;
-    o.page_size_src = VPMM_FROM_CONFIG;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_CONFIG);
-    assert_error_mentions("config.page_size=3145728");
-
+    expect_refused_from_both(base_options(), PAGE_SIZE, 3 * MiB, 2 * MiB,
+                             "VPMM_PAGE_SIZE=3145728", "config.page_size=3145728", "2 MiB");
     /* Smaller than the granularity is not a multiple either. */
-    o = base_options();
-    o.page_size = 1 * MiB;
-    o.page_size_src = VPMM_FROM_CONFIG;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_CONFIG);
+    expect_refused_from_both(base_options(), PAGE_SIZE, 1 * MiB, 2 * MiB,
+                             "VPMM_PAGE_SIZE=1048576", "config.page_size=1048576", "2 MiB");
 }
 
 static void test_finish_va_not_multiple_of_page(void **state)
 {
     vpmm_options_t o = base_options();
     (void)state;
-    o.va_size = 5 * MiB;
-    o.va_size_src = VPMM_FROM_ENV;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
-    assert_error_mentions("VPMM_VA_SIZE=5242880");
-    assert_error_mentions("2 MiB");
-
-    o = base_options();
-    o.va_size = 5 * MiB;
-    o.va_size_src = VPMM_FROM_CONFIG;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_CONFIG);
-    assert_error_mentions("config.va_size=5242880");
-
+    expect_refused_from_both(o, VA_SIZE, 5 * MiB, 2 * MiB, "VPMM_VA_SIZE=5242880",
+                             "config.va_size=5242880", "2 MiB");
     /* A multiple of the granularity but not of a larger page. */
-    o = base_options();
-    o.page_size = 4 * MiB;
-    o.page_size_src = VPMM_FROM_CONFIG;
-    o.va_size = 6 * MiB;
-    o.va_size_src = VPMM_FROM_CONFIG;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_CONFIG);
-    assert_error_mentions("config.va_size");
-    assert_error_mentions("4 MiB");
+    set_option(&o, PAGE_SIZE, 4 * MiB, VPMM_FROM_CONFIG);
+    expect_refused_from_both(o, VA_SIZE, 6 * MiB, 2 * MiB, "VPMM_VA_SIZE=6291456",
+                             "config.va_size=6291456", "4 MiB");
 }
 
 static void test_finish_va_smaller_than_page(void **state)
 {
     vpmm_options_t o = base_options();
     (void)state;
-    o.page_size = 4 * MiB;
-    o.page_size_src = VPMM_FROM_CONFIG;
-    o.va_size = 2 * MiB;
-    o.va_size_src = VPMM_FROM_ENV;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
-    assert_error_mentions("VPMM_VA_SIZE=2097152");
-
+    set_option(&o, PAGE_SIZE, 4 * MiB, VPMM_FROM_CONFIG);
+    expect_refused_from_both(o, VA_SIZE, 2 * MiB, 2 * MiB, "VPMM_VA_SIZE=2097152",
+                             "config.va_size=2097152", "4 MiB");
     /* Exactly one page is fine. */
-    o = base_options();
-    o.page_size = 4 * MiB;
-    o.page_size_src = VPMM_FROM_CONFIG;
-    o.va_size = 4 * MiB;
-    o.va_size_src = VPMM_FROM_CONFIG;
+    set_option(&o, VA_SIZE, 4 * MiB, VPMM_FROM_CONFIG);
     assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
 }
 
 static void test_finish_prealloc_fits_one_chunk(void **state)
 {
-    vpmm_options_t o = base_options();
+    vpmm_options_t o = base_options(), fits;
     (void)state;
     /* 1 GiB of 2 MiB pages holds 512. */
-    o.va_size = 1 * GiB;
-    o.va_size_src = VPMM_FROM_CONFIG;
-    o.prealloc_pages = 512;
-    o.prealloc_src = VPMM_FROM_ENV;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_SUCCESS);
-
-    o = base_options();
-    o.va_size = 1 * GiB;
-    o.va_size_src = VPMM_FROM_CONFIG;
-    o.prealloc_pages = 513;
-    o.prealloc_src = VPMM_FROM_ENV;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_ENV);
-    assert_error_mentions("VPMM_PAGES=513");
-    assert_error_mentions("2 MiB");
-    assert_error_mentions("1 GiB");
-
-    o = base_options();
-    o.va_size = 1 * GiB;
-    o.va_size_src = VPMM_FROM_CONFIG;
-    o.prealloc_pages = 513;
-    o.prealloc_src = VPMM_FROM_CONFIG;
-    assert_int_equal(vpmm_i_options_finish(&o, 2 * MiB), VPMM_ERROR_INVALID_CONFIG);
-    assert_error_mentions("config.prealloc_pages=513");
+    set_option(&o, VA_SIZE, 1 * GiB, VPMM_FROM_CONFIG);
+    fits = o;
+    set_option(&fits, PREALLOC, 512, VPMM_FROM_ENV);
+    assert_int_equal(vpmm_i_options_finish(&fits, 2 * MiB), VPMM_SUCCESS);
+    expect_refused_from_both(o, PREALLOC, 513, 2 * MiB, "VPMM_PAGES=513",
+                             "config.prealloc_pages=513", "1 GiB");
 }
 
 /* Both steps together, as vpmm_pool_create runs them. */
