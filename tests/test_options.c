@@ -966,8 +966,7 @@ static void set_option(vpmm_options_t *o, finish_setting_t s, size_t v, vpmm_opt
  * messages say `why` (the size the setting had to fit), where not NULL.
  */
 static void expect_refused_from_both(vpmm_options_t o, finish_setting_t s, size_t v, size_t gran,
-                                     const char *env_text, const char *config_text,
-                                     const char *why)
+                                     const char *env_text, const char *config_text, const char *why)
 {
     vpmm_options_t from_env = o, from_config = o;
     set_option(&from_env, s, v, VPMM_FROM_ENV);
@@ -985,11 +984,11 @@ static void expect_refused_from_both(vpmm_options_t o, finish_setting_t s, size_
 static void test_finish_page_not_multiple(void **state)
 {
     (void)state;
-    expect_refused_from_both(base_options(), PAGE_SIZE, 3 * MiB, 2 * MiB,
-                             "VPMM_PAGE_SIZE=3145728", "config.page_size=3145728", "2 MiB");
+    expect_refused_from_both(base_options(), PAGE_SIZE, 3 * MiB, 2 * MiB, "VPMM_PAGE_SIZE=3145728",
+                             "config.page_size=3145728", "2 MiB");
     /* Smaller than the granularity is not a multiple either. */
-    expect_refused_from_both(base_options(), PAGE_SIZE, 1 * MiB, 2 * MiB,
-                             "VPMM_PAGE_SIZE=1048576", "config.page_size=1048576", "2 MiB");
+    expect_refused_from_both(base_options(), PAGE_SIZE, 1 * MiB, 2 * MiB, "VPMM_PAGE_SIZE=1048576",
+                             "config.page_size=1048576", "2 MiB");
 }
 
 static void test_finish_va_not_multiple_of_page(void **state)

@@ -1,9 +1,10 @@
 /*
- * fuzz_internal.h — what the operation fuzzer's two files share: fuzz_ops.c (the input, the
- * streams, captures and graph pools, the tracked allocations and every check after an operation)
- * and fuzz_devices.c (several devices, peer access, CUDA IPC between two pools of the input, the
- * segment hook's mirror). One input's whole state is one fz_t; the helpers declared at the end
- * are fuzz_ops.c's, used by fuzz_devices.c, and the dev_* ones fuzz_devices.c's, called by
+ * fuzz_internal.h — what the operation fuzzer's files share: fuzz_ops.c (the input, the streams,
+ * captures and graph pools, the tracked allocations and every check after an operation),
+ * fuzz_order.c (the stream-order model and its check), fuzz_threads.c (the workers an operation
+ * may run on) and fuzz_devices.c (several devices, peer access, CUDA IPC between two pools of the
+ * input, the segment hook's mirror). One input's whole state is one fz_t; the helpers declared at
+ * the end are fuzz_ops.c's, used by fuzz_devices.c, and the dev_* ones fuzz_devices.c's, called by
  * fuzz_ops.c at the points of an input's life they name. The input encoding is described at the
  * top of fuzz_ops.c.
  */
@@ -310,6 +311,52 @@ int bad_target(fz_t *z, unsigned kind, unsigned v, uint32_t off, target_fn act);
 void driver_matches_pool(const fz_t *z, const vpmm_pool_t *p, vpmm_driver_t *w);
 /* Arms wrapper w with the current operation's FAULT (z->arm_*). */
 void arm_apply(fz_t *z, vpmm_driver_t *w);
+
+/* Streams (fuzz_ops.c): how many identities this input has, one's name and key, and the work
+ * the host backend says was enqueued on and completed by identity id. */
+int nident(const fz_t *z);
+const char *ident_name(int id);
+vpmm_stream_t ident_key(const fz_t *z, int id);
+uint64_t enqueued_on(const fz_t *z, int id);
+uint64_t completed_on(const fz_t *z, int id);
+
+/* ---- fuzz_order.c: the stream-order model ---------------------------------------------------- */
+
+/* Frees that gave their memory gates (other streams' uses): printed at exit. */
+extern uint64_t gated_frees;
+
+/* Whether a recorded stream of e has not completed its work yet, or its shares are not over:
+ * nobody may have its memory. */
+int gate_pending(const fz_t *z, const pend_t *e);
+/* Tracked allocation l is about to be freed (its shares not over if share >= 0). */
+void pend_note(fz_t *z, const live_t *l, int share);
+/* A malloc (in a capture or not) or a reapply gave l: none of it may be memory whose recorded
+ * streams have not completed the work they had enqueued when it was freed. */
+void gates_check(const fz_t *z, const live_t *l, const char *call);
+/* A malloc outside any capture gave l (on stream l->ident): what it got of memory still in use
+ * by another stream becomes an obligation. */
+void pend_reused(fz_t *z, const live_t *l);
+/* vpmm_stream_release retired vpmm's record rec (of stream id): the application destroys that
+ * stream; later work on the same handle is another stream's, and never uses what was allocated
+ * on the old one. */
+void stream_released(fz_t *z, int rec, int id);
+/* FUZZ_OPS_VERBOSE: the GPU-side waits vpmm made during the operation. */
+void trace_waits(fz_t *z);
+/* After every operation: no stream ran ahead of the work it must wait for. */
+void stream_order_check(fz_t *z);
+
+/* ---- fuzz_threads.c ------------------------------------------------------------------------ */
+
+typedef int (*op_fn)(fz_t *z); /* an operation: 0 if it had nothing to act on */
+
+/* The three workers, started once (the main thread is thread 0). */
+void workers_start(void);
+/* Runs fn on thread z->thread (handing it to that worker and waiting) and returns its result. */
+int run_here(fz_t *z, op_fn fn);
+/* Runs fn on thread t (z->thread is t meanwhile). */
+int run_on(fz_t *z, unsigned t, op_fn fn);
+/* At exit. A worker still running an operation (exit from a signal handler) is left alone. */
+void workers_stop_all(void);
 
 /* ---- fuzz_devices.c ------------------------------------------------------------------------ */
 
