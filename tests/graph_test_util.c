@@ -12,6 +12,13 @@ vpmm_graph_pool_t *tgp_create(tpool_t *t)
     return gp;
 }
 
+vpmm_graph_pool_t *tgraph_open(tpool_t *t, const tpool_params_t *prm, vpmm_stream_t *s)
+{
+    tpool_open(t, prm);
+    *s = vpmm_host_stream_create(t->host);
+    return tgp_create(t);
+}
+
 vpmm_graph_pool_stats_t tgp_stats(const vpmm_graph_pool_t *gp)
 {
     vpmm_graph_pool_stats_t s;

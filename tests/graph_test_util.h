@@ -14,6 +14,9 @@
 
 /* vpmm_graph_pool_create that must succeed. */
 vpmm_graph_pool_t *tgp_create(tpool_t *t);
+/* A capture test's start: the test pool (tpool_open with prm), a host stream *s to capture on,
+ * and a graph pool of the pool (returned). */
+vpmm_graph_pool_t *tgraph_open(tpool_t *t, const tpool_params_t *prm, vpmm_stream_t *s);
 /* vpmm_graph_pool_stats that must succeed. */
 vpmm_graph_pool_stats_t tgp_stats(const vpmm_graph_pool_t *gp);
 

@@ -88,9 +88,7 @@ static void test_graph_tree(void **state)
     void *x1, *out1, *tmp, *b2[4], *b3[3];
     size_t peak2, mapped2;
     (void)state;
-    tpool_open(&t, NULL);
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, NULL, &s);
 
     /* G1: a temporary and an output that stays live. */
     tcapture_begin(&t, gp, s);
@@ -157,9 +155,7 @@ static void test_dead_allocations(void **state)
     void *a, *b, *c, *after;
     tsnap_t before, now;
     (void)state;
-    tpool_open(&t, NULL);
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, NULL, &s);
     tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 1000, s);
     b = tmalloc(t.pool, 2000, s);
@@ -222,9 +218,7 @@ static void test_double_reapply_changes_nothing(void **state)
     tsnap_t a, b;
     uint64_t calls;
     (void)state;
-    tpool_open(&t, NULL);
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, NULL, &s);
     tcapture_begin(&t, gp, s);
     for (int i = 0; i < 8; i++)
         p[i] = tmalloc(t.pool, (size_t)(i + 1) * 300 * KiB, s);
@@ -264,9 +258,7 @@ static void test_refusals_change_nothing(void **state)
     void *a, *keep, *big;
     tsnap_t before, now;
     (void)state;
-    tpool_open(&t, &(tpool_params_t){ .memory_limit = 16 * MiB });
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, &(tpool_params_t){ .memory_limit = 16 * MiB }, &s);
     other = tgp_create(&t);
     tcapture_begin(&t, gp, s);
     keep = tmalloc(t.pool, 1 * MiB, s);
@@ -330,9 +322,7 @@ static void test_reapply_revives_remapped_pages(void **state)
     vpmm_graph_pool_stats_t gs;
     unsigned char *out, *big;
     (void)state;
-    tpool_open(&t, NULL);
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, NULL, &s);
     tcapture_begin(&t, gp, s);
     out = tmalloc(t.pool, 6 * MiB, s); /* G1's output: three pages */
     g1 = tcapture_end(&t, s);

@@ -29,9 +29,7 @@ static void test_capture_allocates_from_graph_pool(void **state)
     void *p[6];
     uint64_t forbidden;
     (void)state;
-    tpool_open(&t, &(tpool_params_t){ .prealloc = 4 });
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, &(tpool_params_t){ .prealloc = 4 }, &s);
     before = tstats(t.pool);
     tcapture_begin(&t, gp, s);
     forbidden = tcapture_forbidden_calls(&t);
@@ -320,9 +318,7 @@ static void test_idle_graph_pool_pages_may_be_taken(void **state)
     vpmm_graph_pool_stats_t gs;
     void *a, *keep, *big;
     (void)state;
-    tpool_open(&t, &(tpool_params_t){ .memory_limit = 16 * MiB });
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, &(tpool_params_t){ .memory_limit = 16 * MiB }, &s);
     tcapture_begin(&t, gp, s);
     keep = tmalloc(t.pool, 1 * MiB, s);
     a = tmalloc(t.pool, 8 * MiB, s);
@@ -352,9 +348,7 @@ static void test_pinned_pages_never_move(void **state)
     vpmm_graph_pool_stats_t before, after;
     void *a, *b, *big;
     (void)state;
-    tpool_open(&t, &(tpool_params_t){ .memory_limit = 64 * MiB });
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, &(tpool_params_t){ .memory_limit = 64 * MiB }, &s);
     tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 6 * MiB, s);
     b = tmalloc(t.pool, 300, s);
@@ -396,9 +390,7 @@ static void test_private_zombies_kept_while_pinned(void **state)
     vpmm_graph_t g1, g2;
     void *a, *big, *shared;
     (void)state;
-    tpool_open(&t, NULL);
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, NULL, &s);
     tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 4 * MiB, s);
     g1 = tcapture_end(&t, s);
@@ -430,9 +422,7 @@ static void test_destroy_with_live_graph_refused(void **state)
     vpmm_stream_t s;
     vpmm_graph_t g;
     (void)state;
-    tpool_open(&t, NULL);
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, NULL, &s);
     assert_int_equal(vpmm_pool_destroy(t.pool), VPMM_ERROR_POOL_BUSY); /* a handle */
     tcapture_begin(&t, gp, s);
     tfree(t.pool, tmalloc(t.pool, 4096, s));
@@ -490,9 +480,7 @@ static void test_invalidated_capture(void **state)
     vpmm_graph_t g = (vpmm_graph_t)1;
     void *a;
     (void)state;
-    tpool_open(&t, NULL);
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, NULL, &s);
     tcapture_begin(&t, gp, s);
     a = tmalloc(t.pool, 4096, s);
     /* A synchronize during the capture invalidates it (host rule, as CUDA's global mode). */
@@ -528,9 +516,7 @@ static void test_capture_oom_under_cap_is_reported(void **state)
     char report[1536];
     void *p = (void *)1;
     (void)state;
-    tpool_open(&t, &(tpool_params_t){ .max_bytes = 4 * MiB });
-    s = vpmm_host_stream_create(t.host);
-    gp = tgp_create(&t);
+    gp = tgraph_open(&t, &(tpool_params_t){ .max_bytes = 4 * MiB }, &s);
     /* An earlier, unrelated failure that must not stand as the explanation. */
     assert_int_equal(vpmm_free(t.pool, (void *)0x1000), VPMM_ERROR_FOREIGN_POINTER);
     tcapture_begin(&t, gp, s);
