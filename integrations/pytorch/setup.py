@@ -27,28 +27,28 @@ REPO = os.path.abspath(os.path.join(HERE, os.pardir, os.pardir))
 LIB_NAME = "libvpmm_torch_backend.so"
 
 
-def cmake_list(path, name):
-    """The file names of `set(NAME ...)` in a CMakeLists.txt, absolute."""
+def cmake_paths(path, command, name):
+    """The paths listed by `COMMAND(NAME ...)` in a CMakeLists.txt (`set` with a variable, or
+    `add_library` with a target and its kind), absolute; exits naming what moved."""
     with open(path) as f:
         text = f.read()
-    m = re.search(r"set\(%s\s+(.*?)\)" % re.escape(name), text, re.S)
+    kind = r"\w+\s+" if command == "add_library" else ""
+    m = re.search(r"%s\(%s\s+%s(.*?)\)" % (command, re.escape(name), kind), text, re.S)
     if m is None:
-        sys.exit("setup.py: %s has no set(%s ...): the source lists moved" % (path, name))
-    words = [w for w in m.group(1).split() if not w.startswith("#")]
+        sys.exit("setup.py: %s has no %s(%s ...): the source lists moved" % (path, command, name))
     base = os.path.dirname(path)
     return [os.path.join(base, w.replace("${CMAKE_CURRENT_SOURCE_DIR}/", "").strip('"'))
-            for w in words]
+            for w in m.group(1).split() if not w.startswith("#")]
+
+
+def cmake_list(path, name):
+    """The file names of `set(NAME ...)` in a CMakeLists.txt, absolute."""
+    return cmake_paths(path, "set", name)
 
 
 def cmake_target_sources(path, target):
     """The sources of `add_library(TARGET KIND a.c b.c ...)` in a CMakeLists.txt, absolute."""
-    with open(path) as f:
-        text = f.read()
-    m = re.search(r"add_library\(%s\s+\w+\s+(.*?)\)" % re.escape(target), text, re.S)
-    if m is None:
-        sys.exit("setup.py: %s has no add_library(%s ...)" % (path, target))
-    base = os.path.dirname(path)
-    return [os.path.join(base, w) for w in m.group(1).split()]
+    return cmake_paths(path, "add_library", target)
 
 
 def cuda_include():

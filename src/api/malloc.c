@@ -6,7 +6,7 @@
  * the pool's graph hook table: this floor never names graph/), never the shared pool; any other
  * by the shared pool (the core: src/core/pool.c, vpmm_i_malloc_shared).
  * The frame around both (validation, the capture query, the lock, the trace line, the
- * out-of-memory report) is the core's, inline (vpmm_i_malloc_enter/_leave_inline in pool.h), so
+ * out-of-memory report) is the core's, inline (vpmm_i_malloc_enter/_leave_inline in entry.h), so
  * the hot path makes one call into the core. Thread-safe: the pool lock is held from enter to
  * leave.
  */
