@@ -172,6 +172,49 @@ class PipBuild(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.strip(), "ok")
 
+    def _setup_refusal(self, tmp, torch_src, env):
+        """Runs setup.py's backend_build with the stand-in torch `torch_src` (None: no torch at
+        all) and returns the finished process."""
+        path = []
+        if torch_src is not None:
+            os.makedirs(os.path.join(tmp, "t", "torch", "utils"))
+            with open(os.path.join(tmp, "t", "torch", "__init__.py"), "w") as f:
+                f.write(torch_src)
+            open(os.path.join(tmp, "t", "torch", "utils", "__init__.py"), "w").close()
+            with open(os.path.join(tmp, "t", "torch", "utils", "cpp_extension.py"), "w") as f:
+                f.write("BuildExtension = CppExtension = object\n")
+            path.append(os.path.join(tmp, "t"))
+        code = ("import importlib.util as u, sys; sys.modules.pop('torch', None); "
+                "s = u.spec_from_file_location('vpmm_setup', %r); m = u.module_from_spec(s); "
+                "s.loader.exec_module(m); m.backend_build()" % os.path.join(PKG, "setup.py"))
+        env = dict(env, PYTHONPATH=os.pathsep.join(path))
+        return python(code, **env)
+
+    @unittest.skipIf(HAVE_TORCH, "PyTorch is installed")
+    def test_setup_without_torch_says_so(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            r = self._setup_refusal(tmp, None, {})
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("cannot import torch", r.stderr)
+            self.assertIn("--no-build-isolation", r.stderr)
+            self.assertIn("VPMM_TORCH_BACKEND_BUILD=0", r.stderr)
+
+    def test_setup_refuses_a_cpu_torch_and_missing_cuda_headers(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            r = self._setup_refusal(
+                tmp, "__version__ = '2.11.0+cpu'\nclass version:\n    cuda = None\n", {})
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("(2.11.0+cpu) is not a CUDA build", r.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            r = self._setup_refusal(
+                tmp, "__version__ = '2.11.0'\nclass version:\n    cuda = '13.0'\n",
+                {"CUDA_HOME": os.path.join(tmp, "no-cuda")})
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("no cuda.h in %s" % os.path.join(tmp, "no-cuda", "include"), r.stderr)
+            self.assertIn("set CUDA_HOME", r.stderr)
+
     def test_setup_reads_the_cmake_source_lists(self):
         import importlib.util
         spec = importlib.util.spec_from_file_location("vpmm_setup", os.path.join(PKG, "setup.py"))
