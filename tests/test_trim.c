@@ -4,7 +4,8 @@
  * pinned graph pools stay; idle graph pools give theirs; emptied extra chunks go; data in what
  * stays is intact; every driver call of a trim fails in turn without losing anything (a failed
  * release is kept and retried); and the cap (VPMM_MAX_BYTES, vpmm_set_max_bytes) bounds growth,
- * bursts included.
+ * bursts included. Before a growth above the pool's high-water mark, free handles the growth
+ * cannot use go back first (vpmm_i_trim_for_growth), and only then.
  * The invariants and the driver's view are checked after every step.
  */
 #include <stdio.h>
@@ -203,6 +204,117 @@ static void test_release_kept_for_later(void **state)
 }
 
 /* The cap bounds growth: a burst stops at it, and past it malloc reports out of memory. */
+/*
+ * Handles of 8 pages. Two free 8-page handles, each between live blocks; 10 pages asked. The
+ * harvest moves one (8 <= 10) and leaves 2 pages to create; the other (8 > 2) cannot serve. The
+ * growth would go 2 pages over the high-water mark, so that handle goes back first:
+ *   [A1 free: 8][b1][A2 free: 8][b2][hole   ->   [zombie A1][b1][ hole ][b2][A1'|2 new]
+ */
+static void two_free_handles(tpool_t *t, vpmm_stream_t s, unsigned char *b[2], int ready)
+{
+    void *a[2];
+    for (int i = 0; i < 2; i++) {
+        a[i] = tmalloc(t->pool, 16 * MiB, s);
+        b[i] = tmalloc(t->pool, 2 * MiB, s);
+        memset(b[i], 0x30 + i, 2 * MiB);
+    }
+    tfree(t->pool, a[0]);
+    tfree(t->pool, a[1]);
+    if (ready)
+        assert_int_equal(trim(t, SIZE_MAX), 0); /* marks and polls s: its free memory is ready */
+}
+
+static void check_b(unsigned char *b[2])
+{
+    for (int i = 0; i < 2; i++)
+        for (size_t k = 0; k < 2 * MiB; k += 4093)
+            assert_int_equal(b[i][k], 0x30 + i);
+}
+
+static void test_growth_above_the_mark_gives_unused_handles_back(void **state)
+{
+    const tpool_params_t pp = { .handle_pages = 8, .cache_percent = -1 };
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_stats_t before, after;
+    unsigned char *b[2], *x;
+    (void)state;
+    tpool_open(&t, &pp);
+    s = vpmm_host_stream_create(t.host);
+    two_free_handles(&t, s, b, 1);
+    before = tstats(t.pool);
+    assert_int_equal(before.peak_mapped_bytes, before.mapped_bytes); /* at the mark */
+    x = tmalloc(t.pool, 20 * MiB, s);
+    memset(x, 0x55, 20 * MiB);
+    CHECK_POOL(t.pool);
+    assert_driver_matches_pool(&t);
+    after = tstats(t.pool);
+    assert_int_equal(after.pages_released - before.pages_released, 8); /* the unused handle */
+    assert_int_equal(after.pages_created - before.pages_created, 2);
+    assert_int_equal(after.mapped_bytes, before.mapped_bytes - 12 * MiB);
+    assert_int_equal(after.peak_mapped_bytes, before.peak_mapped_bytes); /* no higher */
+    check_b(b);
+    for (size_t k = 0; k < 20 * MiB; k += 4093)
+        assert_int_equal(x[k], 0x55);
+    tfree(t.pool, x);
+    tfree(t.pool, b[0]);
+    tfree(t.pool, b[1]);
+    tpool_close(&t);
+}
+
+/* Below the mark nothing goes back: the footprint is the mark, and a release would only cost a
+ * later growth. Memory pending on a busy stream never goes back. */
+static void test_growth_below_the_mark_or_pending_keeps_handles(void **state)
+{
+    const tpool_params_t pp = { .handle_pages = 8, .cache_percent = -1 };
+    tpool_t t;
+    vpmm_stream_t s;
+    vpmm_stats_t before, after;
+    unsigned char *b[2];
+    void *x, *big;
+    (void)state;
+    tpool_open(&t, &pp);
+    s = vpmm_host_stream_create(t.host);
+    big = tmalloc(t.pool, 64 * MiB, s); /* sets the mark */
+    tfree(t.pool, big);
+    trim(&t, 0);
+    assert_int_equal(tstats(t.pool).mapped_bytes, 0);
+    two_free_handles(&t, s, b, 1);
+    before = tstats(t.pool);
+    assert_true(before.mapped_bytes + 4 * MiB <= before.peak_mapped_bytes);
+    x = tmalloc(t.pool, 20 * MiB, s); /* 2 pages created, still below the mark */
+    after = tstats(t.pool);
+    assert_int_equal(after.pages_released, before.pages_released);
+    assert_int_equal(after.mapped_bytes, before.mapped_bytes + 4 * MiB);
+    check_b(b);
+    tfree(t.pool, x);
+    tfree(t.pool, b[0]);
+    tfree(t.pool, b[1]);
+    tpool_close(&t);
+
+    /* At the mark, but the unused handle is pending on a stream whose work is not done. */
+    tpool_open(&t, &pp);
+    s = vpmm_host_stream_create(t.host);
+    two_free_handles(&t, s, b, 0);
+    vpmm_host_enqueue(t.host, s);
+    {
+        vpmm_stream_t s2 = vpmm_host_stream_create(t.host);
+        before = tstats(t.pool);
+        x = tmalloc(t.pool, 20 * MiB, s2); /* s2 may not touch s's pending memory without a wait */
+        CHECK_POOL(t.pool);
+        assert_driver_matches_pool(&t);
+        after = tstats(t.pool);
+        assert_true(after.peak_mapped_bytes > before.peak_mapped_bytes); /* above the mark */
+        assert_int_equal(after.pages_released, before.pages_released);
+        tfree(t.pool, x);
+    }
+    vpmm_host_complete_all(t.host);
+    check_b(b);
+    tfree(t.pool, b[0]);
+    tfree(t.pool, b[1]);
+    tpool_close(&t);
+}
+
 static void test_cap(void **state)
 {
     tpool_t t;
@@ -329,6 +441,8 @@ int main(void)
 #endif
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_release_kept_for_later),
+        cmocka_unit_test(test_growth_above_the_mark_gives_unused_handles_back),
+        cmocka_unit_test(test_growth_below_the_mark_or_pending_keeps_handles),
         cmocka_unit_test(test_cap),
         cmocka_unit_test(test_set_cap),
 #if VPMM_HAVE_GRAPHS

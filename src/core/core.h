@@ -23,6 +23,7 @@
 #include "share.h"
 #include "stats.h"
 #include "stream.h"
+#include "trim.h"
 #include "uses.h"
 #include "va.h"
 #include "worker.h"

@@ -285,6 +285,9 @@ struct vpmm_pool {
     unsigned grow_streak;       /* same-size growths in a row with no free in between (policy.c) */
     size_t grow_req;            /* pages of the request behind the last growth */
     uint64_t grow_frees_mark;   /* c.frees at the last growth */
+    size_t mapped_high;         /* the most mapped_bytes ever (never reset, unlike the peak
+                                   statistics): a growth above it gives unused handles back first
+                                   (trim.c, vpmm_i_trim_for_growth) */
     size_t cache_limit;         /* cached_bytes may not exceed it: opt.cache_percent of mapped */
     size_t cache_stale;         /* a stream's cache this large is flushed at its next miss: 1% of
                                    mapped (cache.c) */

@@ -31,6 +31,7 @@
 #include "segment.h"
 #include "share.h"
 #include "stream.h"
+#include "trim.h"
 #include "va.h"
 #include "worker.h"
 
@@ -134,12 +135,52 @@ static vpmm_status_t unmap_handle(vpmm_pool_t *p, vpmm_phys_t *ph, vpmm_drv_hand
     return VPMM_SUCCESS;
 }
 
+/* Room for unmapping n handles: region nodes, places in pool->unreleased should their
+ * releases fail, and the array *out their handles go to (nothing below then needs host memory:
+ * a handle unmapped must be kept whatever happens). */
+static vpmm_status_t reserve_unmaps(vpmm_pool_t *pool, size_t n, vpmm_drv_handle_t **out)
+{
+    *out = NULL;
+    if (vpmm_i_region_reserve(pool, 2 * n + 2) != VPMM_SUCCESS)
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    if (pool->unreleased_cap < pool->nunreleased + n) {
+        vpmm_drv_handle_t *u = realloc(pool->unreleased, (pool->nunreleased + n) * sizeof *u);
+        if (u == NULL)
+            return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+        pool->unreleased = u;
+        pool->unreleased_cap = pool->nunreleased + n;
+    }
+    *out = malloc((n ? n : 1) * sizeof **out);
+    return *out != NULL ? VPMM_SUCCESS : VPMM_ERROR_HOST_OUT_OF_MEMORY;
+}
+
+vpmm_status_t vpmm_i_release_unmapped(vpmm_pool_t *pool, vpmm_drv_handle_t *h, size_t n)
+{
+    vpmm_driver_t *d = pool->drv;
+    vpmm_status_t st = VPMM_SUCCESS;
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d->mem_release(d, h[i]) == VPMM_DRV_OK || d->mem_release(d, h[i]) == VPMM_DRV_OK)
+            continue;
+        h[failed++] = h[i];
+    }
+    if (failed > 0) {
+        vpmm_i_lock(pool);
+        for (size_t i = 0; i < failed; i++)
+            pool->unreleased[pool->nunreleased++] = h[i]; /* room reserved by the unmap */
+        st = vpmm_i_drv_status(pool, VPMM_DRV_ERROR);
+        vpmm_i_unlock(pool);
+    }
+    free(h);
+    return st;
+}
+
 vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
 {
     vpmm_phys_t **cand = NULL;
     vpmm_drv_handle_t *unmapped = NULL;
-    size_t n = 0, cap = 0, nunmapped = 0, before, failed = 0;
-    vpmm_status_t st;
+    size_t n = 0, cap = 0, nunmapped = 0, before;
+    vpmm_status_t st, rst;
 
     /* The worker's pass finishes first and no other starts meanwhile: every zombie whose GPU work
      * is done is unmapped below, so its handle can go back (a handle with a zombie mapping
@@ -158,23 +199,10 @@ vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_re
     for (vpmm_arena_t *a = pool->privates; a && st == VPMM_SUCCESS; a = a->next)
         if (!a->pinned && a->captures == 0)
             st = candidates(pool, a, &cand, &n, &cap);
-    /* Room first, so that nothing below needs host memory (a failed release must be kept). */
-    if (st == VPMM_SUCCESS)
-        st = vpmm_i_region_reserve(pool, 2 * n + 2);
-    if (st == VPMM_SUCCESS && pool->unreleased_cap < pool->nunreleased + n) {
-        vpmm_drv_handle_t *u = realloc(pool->unreleased, (pool->nunreleased + n) * sizeof *u);
-        if (u != NULL) {
-            pool->unreleased = u;
-            pool->unreleased_cap = pool->nunreleased + n;
-        }
-    }
-    if (st == VPMM_SUCCESS && pool->unreleased_cap >= pool->nunreleased + n &&
-        (unmapped = malloc((n ? n : 1) * sizeof *unmapped)) == NULL)
-        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    else if (st == VPMM_SUCCESS && pool->unreleased_cap < pool->nunreleased + n)
-        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    if (st == VPMM_ERROR_HOST_OUT_OF_MEMORY)
+    if (st == VPMM_SUCCESS && reserve_unmaps(pool, n, &unmapped) != VPMM_SUCCESS) {
         vpmm_i_set_error("vpmm_trim: out of host memory");
+        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    }
     if (st == VPMM_SUCCESS && n > 0 && pool->c.mapped_bytes > target_bytes) {
         size_t bytes = 0;
         for (size_t i = 0; i < n; i++)
@@ -193,24 +221,79 @@ vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_re
     free(cand);
 
     /* The releases, without the lock; one that fails twice is kept for a later retry. */
-    for (size_t i = 0; i < nunmapped; i++) {
-        vpmm_driver_t *d = pool->drv;
-        if (d->mem_release(d, unmapped[i]) == VPMM_DRV_OK ||
-            d->mem_release(d, unmapped[i]) == VPMM_DRV_OK)
-            continue;
-        unmapped[failed++] = unmapped[i];
-    }
-    if (failed > 0) {
-        vpmm_i_lock(pool);
-        for (size_t i = 0; i < failed; i++)
-            pool->unreleased[pool->nunreleased++] = unmapped[i]; /* room reserved above */
-        if (st == VPMM_SUCCESS)
-            st = vpmm_i_drv_status(pool, VPMM_DRV_ERROR);
-        vpmm_i_unlock(pool);
-    }
-    free(unmapped);
+    rst = vpmm_i_release_unmapped(pool, unmapped, nunmapped);
     vpmm_i_worker_hold(pool, 0);
-    return st;
+    return st != VPMM_SUCCESS ? st : rst;
+}
+
+/* Whether handle ph lies in one of the plan's runs or in a free neighbour its span absorbs. */
+static int in_plan(const vpmm_pool_t *p, const vpmm_plan_t *plan, const vpmm_phys_t *ph)
+{
+    const vpmm_region_t *nb[2] = { plan->left, plan->right };
+    for (size_t i = 0; i < 2; i++)
+        if (nb[i] != NULL && ph->va < nb[i]->addr + nb[i]->size && ph->va + ph->size > nb[i]->addr)
+            return 1;
+    for (size_t i = 0; i < plan->nruns; i++)
+        if (ph->va < plan->runs[i].addr + plan->runs[i].npages * p->page_size &&
+            ph->va + ph->size > plan->runs[i].addr)
+            return 1;
+    return 0;
+}
+
+/*
+ * Why: the harvest moves a free handle only while it fits in the pages still needed, so a growth
+ * of a few pages is created fresh while whole free handles of more pages lie unused (handles of
+ * several pages: VPMM_HANDLE_PAGES, bursts, growths of 1 GiB). Giving such a handle back before
+ * the growth keeps the pool at its high-water mark; below the mark nothing is given back (the
+ * footprint is the mark: a release there would only cost a later growth).
+ */
+void vpmm_i_trim_for_growth(vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_drv_handle_t **out,
+                            size_t *nout)
+{
+    const size_t grown = p->c.mapped_bytes + plan->nnew * p->page_size;
+    vpmm_phys_t **cand = NULL;
+    size_t n = 0, cap = 0, kept = 0, excess;
+    *out = NULL;
+    *nout = 0;
+    if (plan->nnew == 0 || plan->arena->priv || grown <= p->mapped_high)
+        return;
+    excess = grown - p->mapped_high;
+    if (candidates(p, &p->shared, &cand, &n, &cap) != VPMM_SUCCESS)
+        goto done;
+    for (vpmm_arena_t *a = p->privates; a; a = a->next)
+        if (!a->pinned && a->captures == 0 && candidates(p, a, &cand, &n, &cap) != VPMM_SUCCESS)
+            goto done;
+    for (size_t i = 0; i < n; i++)
+        if (!in_plan(p, plan, cand[i]) &&
+            cand[i]->size <= VPMM_MAX(excess, p->opt.handle_pages * p->page_size))
+            cand[kept++] = cand[i];
+    n = kept;
+    if (n == 0 || reserve_unmaps(p, n, out) != VPMM_SUCCESS)
+        goto done;
+    vpmm_i_nvtx_push(VPMM_NVTX_TRIM, excess);
+    while (excess > 0 && n > 0) {
+        /* The smallest handle that covers the excess, else the largest there is. */
+        size_t pick = 0;
+        for (size_t i = 1; i < n; i++) {
+            const size_t a = cand[i]->size, b = cand[pick]->size;
+            if (b >= excess ? (a >= excess && a < b) : a > b)
+                pick = i;
+        }
+        const size_t size = cand[pick]->size;
+        if (unmap_handle(p, cand[pick], &(*out)[*nout]) != VPMM_SUCCESS)
+            break;
+        ++*nout;
+        excess -= VPMM_MIN(excess, size);
+        cand[pick] = cand[--n];
+    }
+    vpmm_i_nvtx_pop();
+    vpmm_i_cache_limit_update(p);
+done:
+    free(cand);
+    if (*nout == 0) {
+        free(*out);
+        *out = NULL;
+    }
 }
 
 void vpmm_i_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes)
