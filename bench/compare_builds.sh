@@ -9,6 +9,8 @@
 #
 # BEFORE_SRC, AFTER_SRC: source trees (e.g. `git worktree add /tmp/before <rev>` or an extracted
 # `git archive`); REPS default 5; BACKEND default cuda (host: the emulation, for a dry run).
+# TRACES (optional): the trace names to replay (e.g. "bert_infer synthetic_multistream"), for a
+# rerun with more rounds of the traces whose ratio stood out; default every trace.
 # Writes the raw JSON lines to ${OUT:-compare-out}/compare.jsonl.
 set -uo pipefail
 before=$1 after=$2 reps=${3:-5} backend=${4:-cuda}
@@ -27,6 +29,10 @@ for side in before after; do
 done
 for r in $(seq "$reps"); do
     for t in "$here"/bench/traces/*.trace.gz; do
+        name=$(basename "$t" .trace.gz)
+        if [ -n "${TRACES:-}" ] && [[ " $TRACES " != *" $name "* ]]; then
+            continue
+        fi
         for side in before after; do
             line=$("$out/build-$side/bin/vpmm-replay" --backend "$backend" --json --quiet "$t") ||
                 { echo "compare_builds.sh: $side failed on $t" >&2; exit 1; }
