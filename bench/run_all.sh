@@ -70,6 +70,8 @@ if [ $gpu = 1 ]; then
     done
   done
 fi
+# The idealised floor of every trace (bench/floor.py: issue 20's footprint goal is stated against it).
+python3 bench/floor.py --json bench/traces/*.trace.gz | while read -r l; do emit floor "$l"; done
 # The exact-size cache's cap: footprint against hot path (host backend, deterministic footprint).
 for c in 0 2 5 10 20 50 100; do
   for t in bench/traces/gpt2_train.trace.gz bench/traces/bert_infer.trace.gz; do

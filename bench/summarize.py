@@ -6,7 +6,8 @@ whose mallocs failed (vpmm-replay exit 4: "footprint" is null) has no footprint:
 The PyTorch anchors (run tags torch#r and torchx#r: vpmm-replay --backend torch and
 torch-expandable, PyTorch's caching allocator measured in the same run with the same timer) get
 their own columns, and a table of their own with the ratios of vpmm's total allocator time to
-theirs, only where the file has them: files without them give the tables they always gave.
+theirs, only where the file has them: files without them give the tables they always gave. So
+does the idealised floor (run tag "floor": bench/floor.py --json), a column of the footprint table.
 """
 import json
 import sys
@@ -139,14 +140,20 @@ def main():
     th = "".join(f" {name} |" for _, name in torch)
     tsep = "---|" * len(torch)
 
+    # bench/floor.py's idealised footprint (run tag "floor"), where the file has it.
+    floors = any(by.get((t, "floor")) for t in traces)
     print("\n## Footprint (peak device memory / peak live bytes)\n")
-    print("| trace | peak live | vpmm (host) | vpmm (cuda) | cudaMallocAsync | cudaMalloc |" + th)
-    print("|---|---|---|---|---|---|" + tsep)
+    print("| trace | peak live | vpmm (host) | vpmm (cuda) | cudaMallocAsync | cudaMalloc |" + th +
+          (" idealised floor |" if floors else ""))
+    print("|---|---|---|---|---|---|" + tsep + ("---|" if floors else ""))
     for t in traces:
         cells = []
         for k in ("host", "cuda", "async", "malloc") + tuple(k for k, _ in torch):
             rs = by.get((t, k))
             cells.append(footprint(rs[0]) if rs else "—")
+        if floors:
+            rs = by.get((t, "floor"))
+            cells.append(f"{rs[0]['floor']:.3f}" if rs else "—")
         # peak live is the trace's own: any replay of it says the same
         live = next(rs for (tt, _), rs in by.items() if tt == t and rs)[0]["peak_live_bytes"] / 1e9
         print(f"| {t} | {live:.3f} GB | " + " | ".join(cells) + " |")
