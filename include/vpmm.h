@@ -370,7 +370,9 @@ vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool);
 /*
  * Allocates size bytes for use on stream. The memory is usable by work enqueued on stream after
  * this call (any wait the pool needed was enqueued GPU-side; the host never synchronises).
- * The result is aligned to VPMM_ALIGNMENT. On error *out_ptr is set to NULL.
+ * The result is aligned to VPMM_ALIGNMENT. On error *out_ptr is set to NULL. A growth that would
+ * map more than the pool ever has first gives back free handles it cannot use (ready memory
+ * only); they stay given back if the malloc then fails (counted in pages_released).
  * Threads: any. The capture query runs before the lock is taken; when the pool must grow it
  * drops the lock while the driver creates the new physical memory (other threads allocate and
  * free meanwhile), then plans again under it and releases, unlocked, what it no longer needs.
