@@ -203,7 +203,6 @@ static void test_release_kept_for_later(void **state)
     }
 }
 
-/* The cap bounds growth: a burst stops at it, and past it malloc reports out of memory. */
 /*
  * Handles of 8 pages. Two free 8-page handles, each between live blocks; 10 pages asked. The
  * harvest moves one (8 <= 10) and leaves 2 pages to create; the other (8 > 2) cannot serve. The
@@ -300,7 +299,8 @@ static void test_growth_below_the_mark_or_pending_keeps_handles(void **state)
     {
         vpmm_stream_t s2 = vpmm_host_stream_create(t.host);
         before = tstats(t.pool);
-        x = tmalloc(t.pool, 20 * MiB, s2); /* s2 may not touch s's pending memory without a wait */
+        /* s's free memory may move (with a GPU-side wait), never go back */
+        x = tmalloc(t.pool, 20 * MiB, s2);
         CHECK_POOL(t.pool);
         assert_driver_matches_pool(&t);
         after = tstats(t.pool);
@@ -315,6 +315,7 @@ static void test_growth_below_the_mark_or_pending_keeps_handles(void **state)
     tpool_close(&t);
 }
 
+/* The cap bounds growth: a burst stops at it, and past it malloc reports out of memory. */
 static void test_cap(void **state)
 {
     tpool_t t;
