@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# gpu-issue19.sh — the device-machine checks of several devices, peer access and CUDA IPC
-# (issue 19), in one command per lease; full logs under $OUT (default ./gpu-logs), a summary last.
+# gpu-multi.sh — the device-machine checks of several devices, peer access and CUDA IPC, in one
+# command per lease; full logs under $OUT (default ./gpu-logs), a summary last.
 #
-#   bash scripts/gpu-issue19.sh [STAGE...]     stages, in order (default: all that fit the GPUs)
+#   bash scripts/gpu-multi.sh [STAGE...]     stages, in order (default: all that fit the GPUs)
 #     build       configure and build build-gpu/ (tests, the PyTorch backend against $PYTHON)
 #     tests       the whole ctest suite with VPMM_TEST_REQUIRE_GPU=1, and VPMM_TEST_GPUS=2 on a
 #                 machine of two or more GPUs (test_gpu_multi's two-device cases must run)

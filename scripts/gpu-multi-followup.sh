@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# gpu-issue19-followup.sh — the follow-up checks of issue 19 on a 2-GPU machine, by stage (each
-# call of the device tool has 10 minutes: run the stages over two calls if need be):
+# gpu-multi-followup.sh — the follow-up checks of several devices (NCCL registration, zero copy,
+# PyTorch's multi-GPU tests) on a 2-GPU machine, by stage (each call of the device tool has 10
+# minutes: run the stages over two calls if need be):
 #
-#   bash scripts/gpu-issue19-followup.sh [STAGE...]     (default: every stage, in this order)
-#     build         build-gpu/ (scripts/gpu-issue19.sh build)
+#   bash scripts/gpu-multi-followup.sh [STAGE...]     (default: every stage, in this order)
+#     build         build-gpu/ (scripts/gpu-multi.sh build)
 #     gpu_multi     test_gpu_multi on two devices
 #     registration  integrations/pytorch/test_backend.py NCCLRegistration (vpmm's NCCL defaults:
 #                   zero copy off, a skewed all-to-all completes; and zero copy asked for)
@@ -70,7 +71,7 @@ for stage in "${stages[@]}"; do
   t0=$(date +%s)
   case $stage in
   build)
-    OUT=$(mktemp -d) bash scripts/gpu-issue19.sh build >"$out/build.txt" 2>&1 ||
+    OUT=$(mktemp -d) bash scripts/gpu-multi.sh build >"$out/build.txt" 2>&1 ||
       { tail -20 "$out/build.txt"; exit 1; }
     note "build: ok"
     ;;

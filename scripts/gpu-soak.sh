@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# gpu-issue6.sh — the reliability runs that need a real GPU (docs/SOAK.md), in two stages that
+# gpu-soak.sh — the reliability runs that need a real GPU (docs/SOAK.md), in two stages that
 # each fit one 10-minute device call:
-#   bash scripts/gpu-issue6.sh check   build (RelWithDebInfo, build-gpu/) if needed, the whole
+#   bash scripts/gpu-soak.sh check   build (RelWithDebInfo, build-gpu/) if needed, the whole
 #                                      ctest suite with VPMM_TEST_REQUIRE_GPU=1, then short soaks
 #                                      under compute-sanitizer memcheck and racecheck
-#   bash scripts/gpu-issue6.sh soak    the long soak: 10 M operations (stops at SOAK_SECONDS,
+#   bash scripts/gpu-soak.sh soak    the long soak: 10 M operations (stops at SOAK_SECONDS,
 #                                      default 480, if the rate is lower), one JSON line + table
 # Logs go to $OUT (default ./gpu-logs): at most 8 files, as the device tool brings back.
 # cmocka: from .deps/*.deb when not installed (the device machine has no network).

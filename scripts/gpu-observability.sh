@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# gpu-issue5.sh — the GPU runs behind docs/OBSERVABILITY.md and bench/RESULTS.md (PyTorch), on
+# gpu-observability.sh — the GPU runs behind docs/OBSERVABILITY.md and bench/RESULTS.md (PyTorch), on
 # the device machine, after `bash scripts/gpu-check.sh tests` has built build-gpu/:
-#   bash scripts/gpu-issue5.sh nvtx      vpmm_nvtx_oob under compute-sanitizer memcheck: with
+#   bash scripts/gpu-observability.sh nvtx      vpmm_nvtx_oob under compute-sanitizer memcheck: with
 #                                        vpmm's NVTX registrations, with --nvtx no, with a write
 #                                        into unmapped pool VA (--hole), and a build with
 #                                        -DVPMM_NVTX=OFF (build-nonvtx/)
-#   bash scripts/gpu-issue5.sh pytorch   samples/pytorch/train_and_graph.py --compare (vpmm vs
+#   bash scripts/gpu-observability.sh pytorch   samples/pytorch/train_and_graph.py --compare (vpmm vs
 #                                        PyTorch's native allocator vs expandable_segments)
 # Logs go to $OUT (default ./gpu-logs).
 set -uo pipefail
