@@ -16,7 +16,7 @@
  *                    2 outputs live; C2; reapply C1 and reapply C2 alternately, each timed;
  *      all-differ    reapply C1 with all its allocations dead, a capture of R different sizes
  *                    over the whole pool; C3; reapply C1 and reapply C3 alternately.
- *    "changed" is how many allocations the two states do not share. The issue's goal is
+ *    "changed" is how many allocations the two states do not share. The checkpoint goal is
  *    <= 20 us at 1k regions; rows for R = 1000 say whether the median meets it.
  * B. Memory. A graph tree of a Llama-7B-like model (fp16, 8 layers): G1 a 512-token prefill that
  *    leaves its hidden states live, then two alternative decode steps after it, G2 (batch 256)

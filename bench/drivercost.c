@@ -1,6 +1,6 @@
 /*
  * drivercost.c — vpmm-drivercost: what the CUDA VMM calls vpmm's pool is built on cost, and how
- * that cost scales — the measurements behind issue 13's design choices (bench/RESULTS.md, "Where
+ * that cost scales — the measurements behind the allocator-time design choices (bench/RESULTS.md, "Where
  * the time goes").
  *
  *   vpmm-drivercost [--version]
@@ -15,7 +15,7 @@
  *   2. threads: map + set-access of 128 handles on this thread, alone and while another thread
  *      unmaps and maps, creates and releases, or queries an event. Does the driver run two
  *      threads' VMM calls at once (could a background thread take the unmaps off the path)?
- *   3. several devices and processes (issue 19): the per-handle cycle (create, map, set-access,
+ *   3. several devices and processes: the per-handle cycle (create, map, set-access,
  *      unmap, release) with handles created plain and created exportable as POSIX file
  *      descriptors (what CUDA IPC needs: VPMM_IPC), with access for device 0 alone and for
  *      devices 0 and 1 (a peer granted: every later map names it), and the cost of exporting a

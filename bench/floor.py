@@ -7,7 +7,7 @@ range goes at the top), reuses memory the moment the program frees it (the `f` e
 stream were done at once), and holds exactly the pages — 2 MiB by default — that contain at least
 one live byte: a page is given back the moment its last byte is freed, and never moved. Its
 footprint is the peak of those pages divided by the trace's peak live bytes, as `vpmm-replay`
-divides (bench/RESULTS.md, "Footprint"). Issue 20's footprint goal is stated against this floor:
+divides (bench/RESULTS.md, "Footprint"). The footprint goal (bench/RESULTS.md) is stated against this floor:
 at most 1.02 where the floor allows it, within 0.02 of the floor elsewhere.
 
     python3 bench/floor.py [--page BYTES] [--align BYTES] [--json] TRACE...

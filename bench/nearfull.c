@@ -1,6 +1,7 @@
 /*
  * nearfull.c — vpmm-nearfull: does a malloc succeed whenever the pool's free memory in whole
- * pages, plus what the device and the cap still allow, covers it? (issue 20's near-full rule)
+ * pages, plus what the device and the cap still allow, covers it? (The near-full rule:
+ * docs/ALGORITHM.md.)
  *
  *   vpmm-nearfull [--seed N] [--ops N] [--device-gib N] [--cap-gib N] [--graph-gib N]
  *                 [--large-percent P] [--handle-pages N] [--json] [--quiet] [--report]
@@ -16,7 +17,7 @@
  * free; several, some live) and the pages the device and the cap still allow. A refusal the rule
  * says should not have happened is a *violation*; one where the pages of movable handles alone
  * (one page, or all free) covered the request is counted apart: vpmm keeps that part of the rule
- * (tests/test_nearfull.c), and the rest is issue 20's (handles sized by their use).
+ * (tests/test_nearfull.c), and the rest needs handles that are never cut up again.
  *
  * Exit status: 0 the rule held at every refusal, 1 bad usage, 3 an unexpected error,
  * 5 violations.
@@ -38,24 +39,23 @@ typedef struct options {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: vpmm-nearfull [--seed N] [--ops N] [--device-gib N] [--cap-gib N]\n"
-            "                     [--graph-gib N] [--large-percent P] [--handle-pages N]\n"
-            "                     [--json] [--quiet] [--report] [--help] [--version]\n"
-            "  --seed           the stress's seed (default 1)\n"
-            "  --ops            operations (default 200000)\n"
-            "  --device-gib     the host emulation's device memory (default 80)\n"
-            "  --cap-gib        the pool's cap (default none)\n"
-            "  --graph-gib      GiB a graph pool holds from the start (default 0)\n"
-            "  --large-percent  mallocs of 3 MiB up to the device's size (default 3)\n"
-            "  --handle-pages   config.handle_pages (default: the library's, 1)\n"
-            "  --json           one JSON object on stdout instead of the text\n"
-            "  --quiet          no line per violation\n"
-            "  --report         vpmm's own out-of-memory report after each violation\n"
-            "  --help, --version\n"
-            "Checks issue 20's rule on the host backend: a malloc succeeds while the pool's free\n"
-            "memory in whole pages plus what the device and the cap allow covers it.\n"
-            "Exit status: 0 the rule held, 1 bad usage, 3 an error, 5 violations.\n");
+    fprintf(f, "usage: vpmm-nearfull [--seed N] [--ops N] [--device-gib N] [--cap-gib N]\n"
+               "                     [--graph-gib N] [--large-percent P] [--handle-pages N]\n"
+               "                     [--json] [--quiet] [--report] [--help] [--version]\n"
+               "  --seed           the stress's seed (default 1)\n"
+               "  --ops            operations (default 200000)\n"
+               "  --device-gib     the host emulation's device memory (default 80)\n"
+               "  --cap-gib        the pool's cap (default none)\n"
+               "  --graph-gib      GiB a graph pool holds from the start (default 0)\n"
+               "  --large-percent  mallocs of 3 MiB up to the device's size (default 3)\n"
+               "  --handle-pages   config.handle_pages (default: the library's, 1)\n"
+               "  --json           one JSON object on stdout instead of the text\n"
+               "  --quiet          no line per violation\n"
+               "  --report         vpmm's own out-of-memory report after each violation\n"
+               "  --help, --version\n"
+               "Checks the near-full rule on the host backend: a malloc succeeds while the pool's\n"
+               "free memory in whole pages plus what the device and the cap allow covers it.\n"
+               "Exit status: 0 the rule held, 1 bad usage, 3 an error, 5 violations.\n");
 }
 
 static void on_oom(void *user, vpmm_pool_t *pool, uint64_t op, size_t size, const nf_count_t *c)

@@ -1,7 +1,7 @@
 /*
- * nearfull_rule.h — issue 20's near-full rule, measured from outside the pool, and the seeded
- * stress that drives a pool to the end of its device. Shared by vpmm-nearfull (bench/nearfull.c)
- * and tests/test_nearfull.c. Public API only (vpmm.h).
+ * nearfull_rule.h — the near-full rule (docs/ALGORITHM.md), measured from outside the pool, and the
+ * seeded stress that drives a pool to the end of its device. Shared by vpmm-nearfull
+ * (bench/nearfull.c) and tests/test_nearfull.c. Public API only (vpmm.h).
  *
  * The rule (docs/ALGORITHM.md, "The near-full rule"): a malloc succeeds while the shared pool's
  * free memory in whole pages, plus the pages the device and the cap still allow, covers it.
@@ -11,7 +11,7 @@
  *   trapped     a handle of several pages that also holds live blocks: it cannot move, and its
  *               free pages serve only what fits around the live blocks
  * vpmm keeps the rule for the first two kinds (nf_movable_covers); the third is what handles
- * sized by their use are to remove (issue 20).
+ * sized by their use are to remove.
  */
 #ifndef VPMM_BENCH_NEARFULL_RULE_H
 #define VPMM_BENCH_NEARFULL_RULE_H

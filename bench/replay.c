@@ -11,12 +11,12 @@
  * loaded and validated (bad lines are reported with their number, a truncated .gz as truncated),
  * so the replay loop only indexes arrays; each malloc and free is timed alone with the TSC
  * (timing.h; the timer's own cost is reported as timer_ns, not subtracted). Where the time goes
- * (issue 13): the sum of all malloc and of all free durations (the total allocator time), their
+ * the sum of all malloc and of all free durations (the total allocator time), their
  * p99 and max; for vpmm its driver calls by kind (count and time, vpmm_driver_stats: with
  * --driver-stats, off by default so that the latency figures do not pay its two clock reads per
  * driver call), defragmentations, remaps per
  * page; the mallocs above 2 ms and, for vpmm, how many of them grew the pool by more than 1 GiB
- * (issue 13's single-call goal and its exception), and what the slowest malloc asked for and did
+ * (the single-call goal and its exception), and what the slowest malloc asked for and did
  * (pages created and remapped: vpmm's counters, read untimed after each malloc that left the fast
  * path); the total of the trace's second half (past a training program's warm-up); and the
  * background CPU time: the process's CPU time during the replay minus the replay
@@ -43,7 +43,7 @@
 
 #define TOOL           "vpmm-replay"
 #define MAX_SVG_POINTS 2000
-/* Issue 13's single-call goal: no malloc above 2 ms unless it grows the pool by more than 1 GiB. */
+/* The single-call goal: no malloc above 2 ms unless it grows the pool by more than 1 GiB. */
 #define SLOW_CALL_NS     2000000u
 #define BIG_GROWTH_BYTES ((uint64_t)1 << 30)
 /* vpmm's page counters are read after every malloc that took at least this long (a fast-path

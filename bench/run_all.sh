@@ -70,7 +70,7 @@ if [ $gpu = 1 ]; then
     done
   done
 fi
-# The idealised floor of every trace (bench/floor.py: issue 20's footprint goal is stated against it).
+# The idealised floor of every trace (bench/floor.py: the footprint goal is stated against it).
 python3 bench/floor.py --json bench/traces/*.trace.gz | while read -r l; do emit floor "$l"; done
 # The exact-size cache's cap: footprint against hot path (host backend, deterministic footprint).
 for c in 0 2 5 10 20 50 100; do

@@ -44,7 +44,7 @@ def totals(by, t, k):
 
 def slow(rs):
     """Mallocs above 2 ms (median over runs); for vpmm, how many of them grew the pool by more than
-    1 GiB (issue 13's exception) and what the slowest one asked for and did."""
+    1 GiB (the single-call goal's exception) and what the slowest one asked for and did."""
     if not all("malloc_over_2ms" in r for r in rs):
         return "—"
     cell = f"{median(r['malloc_over_2ms'] for r in rs):.0f}"
@@ -175,7 +175,7 @@ def main():
         print(f"| {t} | {rng(vp)} | {rng(ap) if ap else '—'} | {rng(mp) if mp else '—'} |{tc} {ratio} |")
 
     if any("alloc_ms_total" in r for r in replays):
-        # Issue 13: the sum of all malloc + free durations, the tail, and vpmm's driver time.
+        # The sum of all malloc + free durations, the tail, and vpmm's driver time.
         print("\n## Total allocator time: sum of all malloc + free durations (ms); malloc p99 / max (µs)\n")
         print("| trace | vpmm (cuda) | vpmm driver | cudaMallocAsync | cudaMalloc |" + th +
               " vpmm malloc p99 / max |")

@@ -285,7 +285,7 @@ class BenchTools(unittest.TestCase):
             self.assertIn(msg, r.stderr)
 
     def test_where_the_time_goes(self):
-        # A trace that grows: 40 blocks of 4 MiB, every other one freed (issue 13's measures).
+        # A trace that grows: 40 blocks of 4 MiB, every other one freed (the allocator-time measures).
         trace = self.write("grow.trace", trace_text(n=40))
         r = self.replay("--json", "--driver-stats", trace)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -321,7 +321,7 @@ class BenchTools(unittest.TestCase):
         self.assertIsNone(json.loads(r.stdout)["driver"])
 
     def test_slowest_malloc_and_slow_calls(self):
-        # Issue 13's single-call goal: the slowest malloc is named with what it did (vpmm: pages
+        # The single-call goal: the slowest malloc is named with what it did (vpmm: pages
         # created / remapped), and mallocs above 2 ms are counted, with those that grew the pool
         # by more than 1 GiB (the goal's exception) among them. Here the one malloc is the slowest,
         # whatever the machine's speed (no timing is asserted): 1536 pages of 2 MiB created.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_floor.py — bench/floor.py, the idealised footprint of a trace (issue 20's floor).
+"""test_floor.py — bench/floor.py, the idealised footprint of a trace (the footprint goal's floor).
 
 Hand-made traces whose idealised pages can be counted on paper: best fit reuses the smallest
 free range that fits (lowest address among equals), a block that fits none goes at the top, a

@@ -1,10 +1,10 @@
 /*
  * test_footprint.c — the footprint goal, checked on every commit: replaying the recorded PyTorch
  * traces (bench/traces) on the host backend keeps peak mapped memory within 1.03 x peak live bytes
- * (issue 3), every allocation counted, with the pool's default settings (size classes on).
- * The synthetic scenarios are replayed too, as regression guards at their measured values
- * (bench/RESULTS.md explains them). Uses the benchmark's trace loader; the replay is the same loop
- * as vpmm-replay's, untimed.
+ * (the first footprint goal), every allocation counted, with the pool's default settings (size
+ * classes on). The synthetic scenarios are replayed too, as regression guards at their measured
+ * values (bench/RESULTS.md explains them). Uses the benchmark's trace loader; the replay is the
+ * same loop as vpmm-replay's, untimed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +71,7 @@ static void test_bert_infer(void **state)
     assert_true(replay_footprint("bert_infer") <= 1.03);
 }
 
-/* Traces recorded by bench/record_traces.py (issue 13): a Llama-style decoder and a T5 trained
+/* Traces recorded by bench/record_traces.py: a Llama-style decoder and a T5 trained
  * with AdamW over changing shapes. */
 static void test_llama_t5_train(void **state)
 {

@@ -9,7 +9,7 @@
  * holding pages (in a build with graph/), across both size classes, with handles of several
  * pages. Refusals that only the
  * free pages of partly live handles of several pages would have served are printed (the rest of
- * the rule, issue 20). The pool's invariants are checked at the end of each run.
+ * the rule). The pool's invariants are checked at the end of each run.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
  * test_threads.c — one pool shared by 8 threads on 4 shared streams and their own per-thread
- * streams (issue 6), through the public API only, on the host backend; the second run with the
- * pool's background worker on (VPMM_WORKER, issue 13) unmapping beside them.
+ * streams, through the public API only, on the host backend; the second run with the
+ * pool's background worker on (VPMM_WORKER) unmapping beside them.
  *
  * Each thread allocates mixed sizes (1 B to 12 MiB, mostly small) on a random one of the 4 shared
  * streams or on its own per-thread stream (VPMM_STREAM_PER_THREAD, one more choice of the same

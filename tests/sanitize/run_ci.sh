@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/sanitize/run_ci.sh — the test suite under sanitizers (issue 6), called by .ci/run after the
+# tests/sanitize/run_ci.sh — the test suite under sanitizers, called by .ci/run after the
 # plain build and tests:
 #   1. build-asan: everything built with VPMM_SANITIZE=address,undefined and the whole ctest suite
 #      run. Built with VPMM_GPU_KERNELS=OFF: nvcc's objects could not be instrumented anyway, and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/sanitize/valgrind.sh — every test executable of a plain build under valgrind memcheck
-# (issue 6: "valgrind memcheck clean on the host-backend suite"). Not part of CI (it takes
+# (the goal: valgrind memcheck clean on the host-backend suite). Not part of CI (it takes
 # ~10 minutes on 2 cores); run it after changes to memory ownership.
 #
 #   bash tests/sanitize/valgrind.sh            # uses build/ (configured and built if missing)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh — PyTorch's own test files with vpmm as the allocator of every test process, and the
-# same tests on PyTorch's native allocator, side by side (issue 11's proof; results in
+# same tests on PyTorch's native allocator, side by side (the backend's proof; results in
 # integrations/pytorch/suite/RESULTS.md).
 #
 #   bash integrations/pytorch/suite/run.sh OUTDIR NAME FILE [pytest args...]

@@ -1,7 +1,7 @@
 /*
  * driver_count.h — a decorator over any vpmm_driver_t that counts every call per entry point and
  * the time spent in it (CLOCK_MONOTONIC around the inner call), for vpmm_driver_stats: where a
- * pool's driver time goes, by kind of call (issue 13).
+ * pool's driver time goes, by kind of call.
  *
  * Zero cost unless asked for: the API floor inserts it only for a pool created with
  * config.driver_stats = 1 (or VPMM_DRIVER_STATS=1); other pools call their backend directly.
