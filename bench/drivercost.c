@@ -1,7 +1,7 @@
 /*
  * drivercost.c — vpmm-drivercost: what the CUDA VMM calls vpmm's pool is built on cost, and how
- * that cost scales — the measurements behind the allocator-time design choices (bench/RESULTS.md, "Where
- * the time goes").
+ * that cost scales — the measurements behind the allocator-time design choices (bench/RESULTS.md,
+ * "Where the time goes").
  *
  *   vpmm-drivercost [--version]
  *
