@@ -24,7 +24,7 @@
 # skipped and counted as a failure. Exit status 0 when every run and every check passed, 1
 # otherwise, 2 when the session could not start (too few GPUs, no PyTorch).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
-# NVSHMEM_DISABLE_NVLS=1): the lent machines forbid it. The Python is $PYTHON, else
+# NVSHMEM_DISABLE_NVLS=1): the GPU machines it was run on forbid it. The Python is $PYTHON, else
 # /opt/torch/.venv/bin/python where it exists, else python3.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2

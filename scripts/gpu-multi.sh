@@ -12,7 +12,7 @@
 #
 # cmocka: when not installed, the Debian packages in .deps/ are unpacked (as gpu-check.sh does).
 # The Python is $PYTHON, else /opt/torch/.venv/bin/python where it exists, else python3.
-# NVLink multicast stays off (the lent machines forbid it).
+# NVLink multicast stays off (the GPU machines it was run on forbid it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}

@@ -1000,7 +1000,7 @@ class NCCLRegistration(unittest.TestCase):
             "NCCL_DEBUG": "INFO",
             "NCCL_DEBUG_SUBSYS": "REG",
             "NCCL_DEBUG_FILE": os.path.join(logdir, "nccl.%h.%p.log"),
-            "NCCL_NVLS_ENABLE": "0",  # no multicast (the lent machines' rule)
+            "NCCL_NVLS_ENABLE": "0",  # no multicast (forbidden on the machines it ran on)
             "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NCCL_PROTO": "Simple",  # the protocol NCCL uses registered buffers with
         })
