@@ -2,7 +2,8 @@
  * vpmm_text.h — messages without iostreams, for vpmm's PyTorch CUDAAllocator (C++, included by
  * vpmm_cuda_allocator.cpp): cat(...) builds a std::string from strings, numbers and pointers with
  * std::to_string / snprintf (INTERFACE.md §5: iostreams crashed inside an extension on the
- * H100 image it was tested on), status_text a vpmm status with its name, meaning and this thread's last error.
+ * H100 image it was tested on), status_text a vpmm status with its name, meaning and this
+ * thread's last error.
  * Threads: free.
  */
 #pragma once
