@@ -370,6 +370,11 @@ class Backend(unittest.TestCase):
 
 @unittest.skipUnless(HAVE_GPU, SKIP_WHY)
 class OutOfMemory(unittest.TestCase):
+    def setUp(self):
+        # CUDA initialised and device 0's pool made, so that the class runs alone too
+        # (memory_stats() is {} before CUDA is initialised)
+        torch.ones(1, device="cuda").sum().item()
+
     def tearDown(self):
         torch.cuda.synchronize()
         self.assertEqual(vt.check(), 0, "vpmm invariants violated")
