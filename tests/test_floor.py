@@ -5,7 +5,7 @@ Hand-made traces whose idealised pages can be counted on paper: best fit reuses 
 free range that fits (lowest address among equals), a block that fits none goes at the top, a
 free range that reaches the top lowers it, a page is held while one live byte is in it, sizes are
 rounded to 256 bytes, `c` events change nothing; the CLI's text and JSON, a bad trace (exit 1,
-the line named), gzip; and on a trace of the repository the floor never exceeds what vpmm
+the line named), gzip, a standard output that cannot be written (exit 1, said); and on a trace of the repository the floor never exceeds what vpmm
 reaches (bert_infer: 1.0122, bench/RESULTS.md).
 """
 import gzip
@@ -120,6 +120,18 @@ class Traces(unittest.TestCase):
         finally:
             os.unlink(good)
             os.unlink(bad)
+
+    def test_unwritable_output_is_an_error(self):
+        import subprocess
+        good = write(["a 1000 2097152 0", "f 1000 2097152 0"])
+        try:
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([sys.executable, os.path.join(SRC, "bench", "floor.py"), good],
+                                   stdout=full, stderr=subprocess.PIPE, text=True, check=False)
+        finally:
+            os.unlink(good)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot write the result", r.stderr)
 
     def test_never_above_vpmm_on_a_recorded_trace(self):
         r = floor.floor_of(os.path.join(SRC, "bench", "traces", "bert_infer.trace.gz"))
