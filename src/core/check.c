@@ -467,8 +467,13 @@ static void check_counters(const vpmm_pool_t *p, const sums_t *s, size_t va, che
     if (c->reserved_va_bytes != va || s->alloc + s->free + s->hole + s->zombie != va)
         fail(k, "I5: reserved %zu, chunks %zu, regions %zu", c->reserved_va_bytes, va,
              s->alloc + s->free + s->hole + s->zombie);
-    if (c->peak_live_bytes < c->live_bytes || c->peak_mapped_bytes < c->mapped_bytes)
+    if (c->peak_live_bytes < c->live_bytes || c->peak_mapped_bytes < c->mapped_bytes ||
+        p->mapped_high < c->mapped_bytes)
         fail(k, "peaks below current values");
+    /* trim.c: every release in progress has room in unreleased should it fail */
+    if (p->nunreleased + p->unreleased_reserved > p->unreleased_cap)
+        fail(k, "unreleased: %zu kept + %zu reserved > room %zu", p->nunreleased,
+             p->unreleased_reserved, p->unreleased_cap);
 }
 
 /* I7 and I9 for one arena: its trees hold exactly its regions; a private one's counters. */

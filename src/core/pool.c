@@ -319,16 +319,15 @@ static vpmm_status_t slow_in_class_once(vpmm_pool_t *p, vpmm_stream_rec_t *s, si
     VPMM_CHECK(vpmm_i_plan_make(p, s, rsize, precreated_bytes(pre), 0, &plan));
     if (plan.nnew > 0 && !pre->tried) {
         const size_t nnew = plan.nnew, unit = plan.unit;
-        vpmm_drv_handle_t *given_back;
-        size_t ngiven_back;
-        vpmm_i_trim_for_growth(p, &plan, &given_back, &ngiven_back); /* the plan's regions may go */
+        vpmm_unmapped_t given_back;
+        vpmm_i_trim_for_growth(p, &plan, &given_back); /* the plan's regions may go */
         vpmm_i_plan_fini(&plan);
         pre->tried = 1;
         s->held++; /* not reclaimed meanwhile (stream.c) */
         vpmm_i_unlock(p);
         /* Released before the creation, which may need their room; a failure is kept in
          * pool->unreleased and does not stop the malloc. */
-        (void)vpmm_i_release_unmapped(p, given_back, ngiven_back);
+        (void)vpmm_i_release_unmapped(p, &given_back);
         /* A failure here is not reported: creating under the lock below says what fails. */
         (void)vpmm_i_precreate(p->drv, p->page_size, nnew, unit, pre);
         vpmm_i_lock(p);

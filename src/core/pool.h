@@ -266,6 +266,8 @@ struct vpmm_pool {
     size_t phys_count;
     vpmm_drv_handle_t *unreleased; /* unmapped handles whose release failed (trim.c) */
     size_t nunreleased, unreleased_cap;
+    size_t unreleased_reserved; /* room in unreleased promised to releases in progress without
+                                   the lock (trim.c): cap >= nunreleased + reserved */
 
     vpmm_stream_rec_t *streams;     /* live (not retired) streams */
     vpmm_stream_rec_t *retired;     /* retired streams still referenced */

@@ -135,51 +135,61 @@ static vpmm_status_t unmap_handle(vpmm_pool_t *p, vpmm_phys_t *ph, vpmm_drv_hand
     return VPMM_SUCCESS;
 }
 
-/* Room for unmapping n handles: region nodes, places in pool->unreleased should their
- * releases fail, and the array *out their handles go to (nothing below then needs host memory:
- * a handle unmapped must be kept whatever happens). */
-static vpmm_status_t reserve_unmaps(vpmm_pool_t *pool, size_t n, vpmm_drv_handle_t **out)
+/* Room for unmapping n handles into batch: region nodes, places in pool->unreleased should
+ * their releases fail (counted in unreleased_reserved until the batch is released: several
+ * threads may release at once), and the batch's array. Nothing below then needs host memory: a
+ * handle unmapped must be kept whatever happens. Under the lock. */
+static vpmm_status_t reserve_unmaps(vpmm_pool_t *pool, size_t n, vpmm_unmapped_t *batch)
 {
-    *out = NULL;
+    const size_t need = pool->nunreleased + pool->unreleased_reserved + n;
+    *batch = (vpmm_unmapped_t){ NULL, 0, 0 };
     if (vpmm_i_region_reserve(pool, 2 * n + 2) != VPMM_SUCCESS)
         return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-    if (pool->unreleased_cap < pool->nunreleased + n) {
-        vpmm_drv_handle_t *u = realloc(pool->unreleased, (pool->nunreleased + n) * sizeof *u);
+    if (pool->unreleased_cap < need) {
+        vpmm_drv_handle_t *u = realloc(pool->unreleased, need * sizeof *u);
         if (u == NULL)
             return VPMM_ERROR_HOST_OUT_OF_MEMORY;
         pool->unreleased = u;
-        pool->unreleased_cap = pool->nunreleased + n;
+        pool->unreleased_cap = need;
     }
-    *out = malloc((n ? n : 1) * sizeof **out);
-    return *out != NULL ? VPMM_SUCCESS : VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    batch->h = malloc((n ? n : 1) * sizeof *batch->h);
+    if (batch->h == NULL)
+        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    batch->reserved = n;
+    pool->unreleased_reserved += n;
+    return VPMM_SUCCESS;
 }
 
-vpmm_status_t vpmm_i_release_unmapped(vpmm_pool_t *pool, vpmm_drv_handle_t *h, size_t n)
+vpmm_status_t vpmm_i_release_unmapped(vpmm_pool_t *pool, vpmm_unmapped_t *batch)
 {
     vpmm_driver_t *d = pool->drv;
     vpmm_status_t st = VPMM_SUCCESS;
     size_t failed = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (d->mem_release(d, h[i]) == VPMM_DRV_OK || d->mem_release(d, h[i]) == VPMM_DRV_OK)
+    for (size_t i = 0; i < batch->n; i++) {
+        if (d->mem_release(d, batch->h[i]) == VPMM_DRV_OK ||
+            d->mem_release(d, batch->h[i]) == VPMM_DRV_OK)
             continue;
-        h[failed++] = h[i];
+        batch->h[failed++] = batch->h[i];
     }
-    if (failed > 0) {
+    if (batch->reserved > 0) {
         vpmm_i_lock(pool);
         for (size_t i = 0; i < failed; i++)
-            pool->unreleased[pool->nunreleased++] = h[i]; /* room reserved by the unmap */
-        st = vpmm_i_drv_status(pool, VPMM_DRV_ERROR);
+            pool->unreleased[pool->nunreleased++] = batch->h[i]; /* room reserved */
+        pool->unreleased_reserved -= batch->reserved;
+        if (failed > 0)
+            st = vpmm_i_drv_status(pool, VPMM_DRV_ERROR);
         vpmm_i_unlock(pool);
     }
-    free(h);
+    free(batch->h);
+    *batch = (vpmm_unmapped_t){ NULL, 0, 0 };
     return st;
 }
 
 vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
 {
     vpmm_phys_t **cand = NULL;
-    vpmm_drv_handle_t *unmapped = NULL;
-    size_t n = 0, cap = 0, nunmapped = 0, before;
+    vpmm_unmapped_t batch = { NULL, 0, 0 };
+    size_t n = 0, cap = 0, before;
     vpmm_status_t st, rst;
 
     /* The worker's pass finishes first and no other starts meanwhile: every zombie whose GPU work
@@ -199,7 +209,7 @@ vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_re
     for (vpmm_arena_t *a = pool->privates; a && st == VPMM_SUCCESS; a = a->next)
         if (!a->pinned && a->captures == 0)
             st = candidates(pool, a, &cand, &n, &cap);
-    if (st == VPMM_SUCCESS && reserve_unmaps(pool, n, &unmapped) != VPMM_SUCCESS) {
+    if (st == VPMM_SUCCESS && reserve_unmaps(pool, n, &batch) != VPMM_SUCCESS) {
         vpmm_i_set_error("vpmm_trim: out of host memory");
         st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
     }
@@ -209,8 +219,8 @@ vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_re
             bytes += cand[i]->size;
         vpmm_i_nvtx_push(VPMM_NVTX_TRIM, VPMM_MIN(bytes, pool->c.mapped_bytes - target_bytes));
         for (size_t i = 0; i < n && st == VPMM_SUCCESS && pool->c.mapped_bytes > target_bytes; i++)
-            if ((st = unmap_handle(pool, cand[i], &unmapped[nunmapped])) == VPMM_SUCCESS)
-                nunmapped++;
+            if ((st = unmap_handle(pool, cand[i], &batch.h[batch.n])) == VPMM_SUCCESS)
+                batch.n++;
         vpmm_i_nvtx_pop();
     }
     vpmm_i_chunk_trim(pool);
@@ -221,7 +231,7 @@ vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_re
     free(cand);
 
     /* The releases, without the lock; one that fails twice is kept for a later retry. */
-    rst = vpmm_i_release_unmapped(pool, unmapped, nunmapped);
+    rst = vpmm_i_release_unmapped(pool, &batch);
     vpmm_i_worker_hold(pool, 0);
     return st != VPMM_SUCCESS ? st : rst;
 }
@@ -247,14 +257,12 @@ static int in_plan(const vpmm_pool_t *p, const vpmm_plan_t *plan, const vpmm_phy
  * the growth keeps the pool at its high-water mark; below the mark nothing is given back (the
  * footprint is the mark: a release there would only cost a later growth).
  */
-void vpmm_i_trim_for_growth(vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_drv_handle_t **out,
-                            size_t *nout)
+void vpmm_i_trim_for_growth(vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_unmapped_t *out)
 {
     const size_t grown = p->c.mapped_bytes + plan->nnew * p->page_size;
     vpmm_phys_t **cand = NULL;
     size_t n = 0, cap = 0, kept = 0, excess;
-    *out = NULL;
-    *nout = 0;
+    *out = (vpmm_unmapped_t){ NULL, 0, 0 };
     if (plan->nnew == 0 || plan->arena->priv || grown <= p->mapped_high)
         return;
     excess = grown - p->mapped_high;
@@ -273,16 +281,16 @@ void vpmm_i_trim_for_growth(vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_drv_ha
     vpmm_i_nvtx_push(VPMM_NVTX_TRIM, excess);
     while (excess > 0 && n > 0) {
         /* The smallest handle that covers the excess, else the largest there is. */
-        size_t pick = 0;
+        size_t pick = 0, size;
         for (size_t i = 1; i < n; i++) {
             const size_t a = cand[i]->size, b = cand[pick]->size;
             if (b >= excess ? (a >= excess && a < b) : a > b)
                 pick = i;
         }
-        const size_t size = cand[pick]->size;
-        if (unmap_handle(p, cand[pick], &(*out)[*nout]) != VPMM_SUCCESS)
+        size = cand[pick]->size;
+        if (unmap_handle(p, cand[pick], &out->h[out->n]) != VPMM_SUCCESS)
             break;
-        ++*nout;
+        out->n++;
         excess -= VPMM_MIN(excess, size);
         cand[pick] = cand[--n];
     }
@@ -290,9 +298,10 @@ void vpmm_i_trim_for_growth(vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_drv_ha
     vpmm_i_cache_limit_update(p);
 done:
     free(cand);
-    if (*nout == 0) {
-        free(*out);
-        *out = NULL;
+    if (out->n == 0) { /* nothing to release: the room goes back at once (under the lock) */
+        p->unreleased_reserved -= out->reserved;
+        free(out->h);
+        *out = (vpmm_unmapped_t){ NULL, 0, 0 };
     }
 }
 

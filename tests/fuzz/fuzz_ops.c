@@ -1333,8 +1333,10 @@ static int op_stream_release(fz_t *z)
     if (id == ID_LEGACY && z->pool->captures > 0)
         other = S(VPMM_ERROR_STREAM_CAPTURING); /* its last marker would be legacy work */
     if (id == ID_LEGACY && legacy_unguarded(z)) {
-        taint_ptds(z); /* it is legacy work: refused (906), and it breaks those captures */
-        other = S(VPMM_ERROR_DRIVER);
+        /* It is legacy work: refused (906), and it breaks those captures — unless vpmm still
+         * holds a record of a capture already over and refuses first (above). */
+        taint_ptds(z);
+        other |= S(VPMM_ERROR_DRIVER);
     }
     st = vpmm_stream_release(z->pool, slot_handle(z, si));
     expect_status(z, "vpmm_stream_release", st, S(VPMM_SUCCESS) | other, 0);
