@@ -5,7 +5,8 @@
  * stays is intact; every driver call of a trim fails in turn without losing anything (a failed
  * release is kept and retried); and the cap (VPMM_MAX_BYTES, vpmm_set_max_bytes) bounds growth,
  * bursts included. Before a growth above the pool's high-water mark, free handles the growth
- * cannot use go back first (vpmm_i_trim_for_growth), and only then.
+ * cannot use go back first (vpmm_i_trim_for_growth), and only then; their failed releases are
+ * kept for a later trim too.
  * The invariants and the driver's view are checked after every step.
  */
 #include <stdio.h>
@@ -193,6 +194,7 @@ static void test_release_kept_for_later(void **state)
         vpmm_fault_clear(t.fault);
         assert_int_equal(released, 2 * MiB); /* unmapped: no longer the pool's memory */
         assert_int_equal(t.pool->nunreleased, 1);
+        assert_int_equal(t.pool->unreleased_reserved, 0); /* the trim's room was given back */
         CHECK_POOL(t.pool);
         assert_driver_matches_pool(&t);
         if (!later_by_destroy) {
@@ -255,6 +257,35 @@ static void test_growth_above_the_mark_gives_unused_handles_back(void **state)
     check_b(b);
     for (size_t k = 0; k < 20 * MiB; k += 4093)
         assert_int_equal(x[k], 0x55);
+    tfree(t.pool, x);
+    tfree(t.pool, b[0]);
+    tfree(t.pool, b[1]);
+    tpool_close(&t);
+}
+
+/* The growth trim's releases fail (twice each): the handle is kept, unmapped, for the next trim;
+ * the malloc succeeds all the same, and the room reserved for the failure is given back. */
+static void test_growth_trim_release_kept_for_later(void **state)
+{
+    const tpool_params_t pp = { .handle_pages = 8, .cache_percent = -1 };
+    tpool_t t;
+    vpmm_stream_t s;
+    unsigned char *b[2], *x;
+    (void)state;
+    tpool_open(&t, &pp);
+    s = vpmm_host_stream_create(t.host);
+    two_free_handles(&t, s, b, 1);
+    vpmm_fault_fail_run(t.fault, VPMM_DRV_MEM_RELEASE, 1, 2, VPMM_DRV_ERROR);
+    x = tmalloc(t.pool, 20 * MiB, s);
+    vpmm_fault_clear(t.fault);
+    assert_int_equal(t.pool->nunreleased, 1);
+    assert_int_equal(t.pool->unreleased_reserved, 0);
+    CHECK_POOL(t.pool);
+    assert_driver_matches_pool(&t);
+    memset(x, 0x66, 20 * MiB);
+    check_b(b);
+    trim(&t, SIZE_MAX); /* retries the kept release */
+    assert_int_equal(t.pool->nunreleased, 0);
     tfree(t.pool, x);
     tfree(t.pool, b[0]);
     tfree(t.pool, b[1]);
@@ -444,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_release_kept_for_later),
         cmocka_unit_test(test_growth_above_the_mark_gives_unused_handles_back),
         cmocka_unit_test(test_growth_below_the_mark_or_pending_keeps_handles),
+        cmocka_unit_test(test_growth_trim_release_kept_for_later),
         cmocka_unit_test(test_cap),
         cmocka_unit_test(test_set_cap),
 #if VPMM_HAVE_GRAPHS
