@@ -17,7 +17,8 @@
  * Then the background worker's thread is refused (pthread_create wrapped as well): creation fails
  * cleanly and the next one works.
  *
- * The scenario: pool creation, growth, sub-page blocks, another stream recorded on a block
+ * The scenario: pool creation, a growth that gives a free handle back first (with 8-page handles:
+ * a sweep of its own), growth, sub-page blocks, another stream recorded on a block
  * (vpmm_record_stream) and its deferred free, a defragmentation across streams, stream work and
  * its completion, trim, statistics, the walk, the dump, the background worker's pass
  * (vpmm_i_worker_step) over the zombies, and a graph pool: a capture that allocates and frees
@@ -94,7 +95,9 @@ static void do_malloc(ctx_t *c, size_t size, vpmm_stream_t s)
     if (st != VPMM_SUCCESS) {
         assert_null(p);
         assert_int_equal(after.live_bytes, before.live_bytes);
-        assert_int_equal(after.mapped_bytes, before.mapped_bytes);
+        /* free handles a growth gave back before it failed stay given back (trim.c) */
+        assert_int_equal(before.mapped_bytes - after.mapped_bytes,
+                         (after.pages_released - before.pages_released) * PG);
         return;
     }
     c->live[c->nlive++] = p;
@@ -108,6 +111,29 @@ static void do_free_oldest(ctx_t *c)
     TRY_THEN_SURE(c, "vpmm_free", vpmm_free(c->t.pool, c->live[0]));
     c->nlive--;
     memmove(c->live, c->live + 1, c->nlive * sizeof c->live[0]);
+}
+
+/* A growth above the pool's high-water mark that first gives back a free handle it cannot use
+ * (trim.c): with 8-page handles, two free 16 MiB handles between live blocks, then 20 MiB asked
+ * (one handle moved, the other given back). Set up unarmed; the malloc armed. With single pages
+ * the same calls are an ordinary defragmentation. */
+static void growth_trim(ctx_t *c)
+{
+    void *a[2], *b[2];
+    size_t n = c->nlive;
+    for (int i = 0; i < 2; i++) {
+        a[i] = tmalloc(c->t.pool, 8 * PG, c->a);
+        b[i] = tmalloc(c->t.pool, PG, c->a);
+    }
+    tfree(c->t.pool, a[0]);
+    tfree(c->t.pool, a[1]);
+    assert_int_equal(vpmm_trim(c->t.pool, SIZE_MAX, NULL), VPMM_SUCCESS); /* now ready */
+    do_malloc(c, 10 * PG, c->a);
+    if (c->nlive > n) {
+        tfree(c->t.pool, c->live[--c->nlive]);
+    }
+    tfree(c->t.pool, b[0]);
+    tfree(c->t.pool, b[1]);
 }
 
 static int count_region(const vpmm_region_info_t *r, void *user)
@@ -175,6 +201,7 @@ static void scenario(ctx_t *c)
     FILE *sink = fopen("/dev/null", "w");
     size_t regions = 0;
     assert_non_null(sink);
+    growth_trim(c);
     do_malloc(c, 3 * PG, c->a);    /* growth */
     do_malloc(c, 1000, c->a);      /* sub-page */
     do_malloc(c, PG + 4096, c->b); /* another stream */
@@ -208,7 +235,7 @@ static void scenario(ctx_t *c)
 }
 
 /* One run with allocation #n refused; returns how many were refused (0: the sweep is over). */
-static unsigned long run_once(unsigned long n, int worker)
+static unsigned long run_once(unsigned long n, int worker, size_t handle_pages)
 {
     ctx_t c;
     vpmm_host_options_t ho = { 0 };
@@ -227,6 +254,7 @@ static unsigned long run_once(unsigned long n, int worker)
     cfg.backend = VPMM_BACKEND_HOST;
     cfg.va_size = 32 * GiB;
     cfg.worker = worker;
+    cfg.handle_pages = handle_pages;
     assert_int_equal(vpmm_i_options_resolve(&cfg, &opt), VPMM_SUCCESS);
     st = OOM_ARMED(vpmm_a_pool_create_on(&opt, c.t.fault, 0, &c.t.pool));
     assert_clear_status(st, "pool creation");
@@ -248,17 +276,18 @@ static unsigned long run_once(unsigned long n, int worker)
     return oom_refused();
 }
 
-static void sweep(int worker)
+static void sweep(int worker, size_t handle_pages)
 {
     unsigned long n, total = 0;
     for (n = 1; n < 100000; n++) {
-        unsigned long r = run_once(n, worker);
+        unsigned long r = run_once(n, worker, handle_pages);
         if (r == 0)
             break;
         total += r;
     }
-    print_message("host OOM sweep (worker %s): %lu runs, each with one allocation refused\n",
-                  worker ? "on" : "off", n - 1);
+    print_message("host OOM sweep (worker %s, %zu-page handles): %lu runs, each with one "
+                  "allocation refused\n",
+                  worker ? "on" : "off", handle_pages ? handle_pages : 1, n - 1);
     assert_true(n > 20); /* the scenario makes allocations to refuse */
     assert_true(total == n - 1);
 }
@@ -266,13 +295,21 @@ static void sweep(int worker)
 static void test_sweep(void **state)
 {
     (void)state;
-    sweep(0);
+    sweep(0, 0);
+}
+
+/* Handles of 8 pages: the growth trim's host memory (its candidates, the room for failed
+ * releases) refused too. */
+static void test_sweep_with_8_page_handles(void **state)
+{
+    (void)state;
+    sweep(0, 8);
 }
 
 static void test_sweep_with_worker(void **state)
 {
     (void)state;
-    sweep(1);
+    sweep(1, 0);
 }
 
 /* The background worker's thread refused (pthread_create fails): the pool's creation fails with
@@ -314,6 +351,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_sweep_with_8_page_handles),
         cmocka_unit_test(test_sweep_with_worker),
         cmocka_unit_test(test_worker_thread_refused),
     };
