@@ -10,49 +10,38 @@ const char *vpmm_last_error(void)
     return vpmm_i_last_error();
 }
 
+/* Every status and its text, written once: the two switches below are made from it, so the
+ * compiler (-Wswitch) still names a status of vpmm.h that this list lacks. */
+#define VPMM_STATUSES(X)                                                                           \
+    X(VPMM_SUCCESS, "success")                                                                     \
+    X(VPMM_ERROR_INVALID_ARGUMENT, "invalid argument (NULL pool or output pointer)")               \
+    X(VPMM_ERROR_INVALID_SIZE, "invalid size (0 bytes)")                                           \
+    X(VPMM_ERROR_SIZE_TOO_LARGE, "size larger than a VA chunk")                                    \
+    X(VPMM_ERROR_OUT_OF_MEMORY, "out of device memory")                                            \
+    X(VPMM_ERROR_HOST_OUT_OF_MEMORY, "out of host memory for bookkeeping")                         \
+    X(VPMM_ERROR_FOREIGN_POINTER, "pointer does not belong to this pool")                          \
+    X(VPMM_ERROR_DOUBLE_FREE, "pointer is not allocated (double free?)")                           \
+    X(VPMM_ERROR_INTERIOR_POINTER, "pointer is inside an allocation, not its start")               \
+    X(VPMM_ERROR_NO_DEVICE, "no CUDA driver or device")                                            \
+    X(VPMM_ERROR_NOT_SUPPORTED, "not supported")                                                   \
+    X(VPMM_ERROR_DRIVER, "driver call failed")                                                     \
+    X(VPMM_ERROR_INVALID_CONFIG, "invalid configuration value")                                    \
+    X(VPMM_ERROR_INVALID_ENV, "invalid VPMM_* environment variable")                               \
+    X(VPMM_ERROR_STREAM_CAPTURING, "stream or graph pool is being captured")                       \
+    X(VPMM_ERROR_POOL_BUSY, "pool still has live allocations or graph pools")                      \
+    X(VPMM_ERROR_WRONG_POOL, "object belongs to another pool or graph pool")                       \
+    X(VPMM_ERROR_CHECKPOINT_CONFLICT, "checkpoint conflicts with the graph pool's mapped memory")  \
+    X(VPMM_ERROR_NOT_CAPTURING, "stream is not being captured")                                    \
+    X(VPMM_ERROR_IO, "a file vpmm writes could not be written")
+
 const char *vpmm_strerror(vpmm_status_t status)
 {
     switch (status) {
-    case VPMM_SUCCESS:
-        return "success";
-    case VPMM_ERROR_INVALID_ARGUMENT:
-        return "invalid argument (NULL pool or output pointer)";
-    case VPMM_ERROR_INVALID_SIZE:
-        return "invalid size (0 bytes)";
-    case VPMM_ERROR_SIZE_TOO_LARGE:
-        return "size larger than a VA chunk";
-    case VPMM_ERROR_OUT_OF_MEMORY:
-        return "out of device memory";
-    case VPMM_ERROR_HOST_OUT_OF_MEMORY:
-        return "out of host memory for bookkeeping";
-    case VPMM_ERROR_FOREIGN_POINTER:
-        return "pointer does not belong to this pool";
-    case VPMM_ERROR_DOUBLE_FREE:
-        return "pointer is not allocated (double free?)";
-    case VPMM_ERROR_INTERIOR_POINTER:
-        return "pointer is inside an allocation, not its start";
-    case VPMM_ERROR_NO_DEVICE:
-        return "no CUDA driver or device";
-    case VPMM_ERROR_NOT_SUPPORTED:
-        return "not supported";
-    case VPMM_ERROR_DRIVER:
-        return "driver call failed";
-    case VPMM_ERROR_INVALID_CONFIG:
-        return "invalid configuration value";
-    case VPMM_ERROR_INVALID_ENV:
-        return "invalid VPMM_* environment variable";
-    case VPMM_ERROR_STREAM_CAPTURING:
-        return "stream or graph pool is being captured";
-    case VPMM_ERROR_POOL_BUSY:
-        return "pool still has live allocations or graph pools";
-    case VPMM_ERROR_WRONG_POOL:
-        return "object belongs to another pool or graph pool";
-    case VPMM_ERROR_CHECKPOINT_CONFLICT:
-        return "checkpoint conflicts with the graph pool's mapped memory";
-    case VPMM_ERROR_NOT_CAPTURING:
-        return "stream is not being captured";
-    case VPMM_ERROR_IO:
-        return "a file vpmm writes could not be written";
+#define TEXT(name, text)                                                                           \
+    case name:                                                                                     \
+        return text;
+        VPMM_STATUSES(TEXT)
+#undef TEXT
     }
     return "unknown status";
 }
@@ -60,46 +49,11 @@ const char *vpmm_strerror(vpmm_status_t status)
 const char *vpmm_status_name(vpmm_status_t status)
 {
     switch (status) {
-    case VPMM_SUCCESS:
-        return "VPMM_SUCCESS";
-    case VPMM_ERROR_INVALID_ARGUMENT:
-        return "VPMM_ERROR_INVALID_ARGUMENT";
-    case VPMM_ERROR_INVALID_SIZE:
-        return "VPMM_ERROR_INVALID_SIZE";
-    case VPMM_ERROR_SIZE_TOO_LARGE:
-        return "VPMM_ERROR_SIZE_TOO_LARGE";
-    case VPMM_ERROR_OUT_OF_MEMORY:
-        return "VPMM_ERROR_OUT_OF_MEMORY";
-    case VPMM_ERROR_HOST_OUT_OF_MEMORY:
-        return "VPMM_ERROR_HOST_OUT_OF_MEMORY";
-    case VPMM_ERROR_FOREIGN_POINTER:
-        return "VPMM_ERROR_FOREIGN_POINTER";
-    case VPMM_ERROR_DOUBLE_FREE:
-        return "VPMM_ERROR_DOUBLE_FREE";
-    case VPMM_ERROR_INTERIOR_POINTER:
-        return "VPMM_ERROR_INTERIOR_POINTER";
-    case VPMM_ERROR_NO_DEVICE:
-        return "VPMM_ERROR_NO_DEVICE";
-    case VPMM_ERROR_NOT_SUPPORTED:
-        return "VPMM_ERROR_NOT_SUPPORTED";
-    case VPMM_ERROR_DRIVER:
-        return "VPMM_ERROR_DRIVER";
-    case VPMM_ERROR_INVALID_CONFIG:
-        return "VPMM_ERROR_INVALID_CONFIG";
-    case VPMM_ERROR_INVALID_ENV:
-        return "VPMM_ERROR_INVALID_ENV";
-    case VPMM_ERROR_STREAM_CAPTURING:
-        return "VPMM_ERROR_STREAM_CAPTURING";
-    case VPMM_ERROR_POOL_BUSY:
-        return "VPMM_ERROR_POOL_BUSY";
-    case VPMM_ERROR_WRONG_POOL:
-        return "VPMM_ERROR_WRONG_POOL";
-    case VPMM_ERROR_CHECKPOINT_CONFLICT:
-        return "VPMM_ERROR_CHECKPOINT_CONFLICT";
-    case VPMM_ERROR_NOT_CAPTURING:
-        return "VPMM_ERROR_NOT_CAPTURING";
-    case VPMM_ERROR_IO:
-        return "VPMM_ERROR_IO";
+#define NAME(name, text)                                                                           \
+    case name:                                                                                     \
+        return #name;
+        VPMM_STATUSES(NAME)
+#undef NAME
     }
     return "VPMM_STATUS_UNKNOWN";
 }
