@@ -20,4 +20,11 @@
 vpmm_status_t vpmm_a_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *drv, int owns_drv,
                                     vpmm_pool_t **out);
 
+/* A NULL argument refused: "fn: what is NULL" as the thread's last error. */
+static inline vpmm_status_t vpmm_a_null(const char *fn, const char *what)
+{
+    vpmm_i_set_error("%s: %s is NULL", fn, what);
+    return VPMM_ERROR_INVALID_ARGUMENT;
+}
+
 #endif /* VPMM_API_H */

@@ -26,10 +26,8 @@ vpmm_status_t vpmm_pool_grant_access(vpmm_pool_t *pool, int device)
 {
     vpmm_status_t st = VPMM_SUCCESS;
     vpmm_driver_t *d;
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_pool_grant_access: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (pool == NULL)
+        return vpmm_a_null("vpmm_pool_grant_access", "pool");
     d = pool->drv;
     if (device < 0 || device >= d->device_count) {
         vpmm_i_set_error("vpmm_pool_grant_access: device %d does not exist (the %s backend sees "

@@ -19,10 +19,8 @@ vpmm_status_t vpmm_get_stats(const vpmm_pool_t *pool, vpmm_stats_t *out)
 
 vpmm_status_t vpmm_reset_peak_stats(vpmm_pool_t *pool)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_reset_peak_stats: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (pool == NULL)
+        return vpmm_a_null("vpmm_reset_peak_stats", "pool");
     vpmm_i_reset_peak_stats(pool);
     return VPMM_SUCCESS;
 }

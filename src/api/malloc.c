@@ -38,10 +38,8 @@ vpmm_status_t vpmm_malloc(vpmm_pool_t *pool, size_t size, vpmm_stream_t stream, 
  * call and the lock it takes. */
 vpmm_status_t vpmm_free(vpmm_pool_t *pool, void *ptr)
 {
-    if (VPMM_UNLIKELY(pool == NULL)) {
-        vpmm_i_set_error("vpmm_free: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (VPMM_UNLIKELY(pool == NULL))
+        return vpmm_a_null("vpmm_free", "pool");
     if (ptr == NULL)
         return VPMM_SUCCESS;
     return vpmm_i_free(pool, ptr);

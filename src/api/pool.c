@@ -100,10 +100,8 @@ vpmm_status_t vpmm_pool_create(const vpmm_config_t *config, vpmm_pool_t **out_po
     vpmm_options_t opt;
     vpmm_driver_t *drv;
     int owns = 1;
-    if (out_pool == NULL) {
-        vpmm_i_set_error("vpmm_pool_create: out_pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (out_pool == NULL)
+        return vpmm_a_null("vpmm_pool_create", "out_pool");
     *out_pool = NULL;
     VPMM_CHECK(vpmm_i_options_resolve(config, &opt));
     VPMM_CHECK(open_driver(&opt, &drv));
@@ -120,10 +118,8 @@ vpmm_status_t vpmm_a_pool_create_on(const vpmm_options_t *opt, vpmm_driver_t *dr
 
 vpmm_status_t vpmm_config_init(vpmm_config_t *config)
 {
-    if (config == NULL) {
-        vpmm_i_set_error("vpmm_config_init: config is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (config == NULL)
+        return vpmm_a_null("vpmm_config_init", "config");
     vpmm_i_config_defaults(config);
     return VPMM_SUCCESS;
 }
@@ -137,37 +133,29 @@ vpmm_status_t vpmm_config_init_per_thread(vpmm_config_t *config)
 
 vpmm_status_t vpmm_pool_destroy(vpmm_pool_t *pool)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_pool_destroy: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (pool == NULL)
+        return vpmm_a_null("vpmm_pool_destroy", "pool");
     return vpmm_i_pool_destroy(pool);
 }
 
 vpmm_status_t vpmm_stream_release(vpmm_pool_t *pool, vpmm_stream_t stream)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_stream_release: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (pool == NULL)
+        return vpmm_a_null("vpmm_stream_release", "pool");
     return vpmm_i_stream_release(pool, stream);
 }
 
 vpmm_status_t vpmm_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_released)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_trim: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (pool == NULL)
+        return vpmm_a_null("vpmm_trim", "pool");
     return vpmm_i_trim(pool, target_bytes, out_released);
 }
 
 vpmm_status_t vpmm_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_set_max_bytes: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (pool == NULL)
+        return vpmm_a_null("vpmm_set_max_bytes", "pool");
     if (max_bytes != 0 && max_bytes < pool->page_size) { /* page_size: set at creation */
         char a[32];
         vpmm_i_set_error("vpmm_set_max_bytes: %zu bytes is less than one page (%s); 0 lifts the "
@@ -181,10 +169,8 @@ vpmm_status_t vpmm_set_max_bytes(vpmm_pool_t *pool, size_t max_bytes)
 
 vpmm_status_t vpmm_pool_set_segment_hook(vpmm_pool_t *pool, vpmm_segment_hook_t hook, void *user)
 {
-    if (pool == NULL) {
-        vpmm_i_set_error("vpmm_pool_set_segment_hook: pool is NULL");
-        return VPMM_ERROR_INVALID_ARGUMENT;
-    }
+    if (pool == NULL)
+        return vpmm_a_null("vpmm_pool_set_segment_hook", "pool");
     vpmm_i_set_segment_hook(pool, hook, user);
     return VPMM_SUCCESS;
 }
