@@ -232,118 +232,121 @@ static void check_b(unsigned char *b[2])
             assert_int_equal(b[i][k], 0x30 + i);
 }
 
-static void test_growth_above_the_mark_gives_unused_handles_back(void **state)
-{
-    const tpool_params_t pp = { .handle_pages = 8, .cache_percent = -1 };
+/* The growth-trim tests' pool: 8-page handles, no cache, one stream; b: two_free_handles' live
+ * blocks, checked and freed by growth_close. */
+typedef struct growth_fx {
     tpool_t t;
     vpmm_stream_t s;
+    unsigned char *b[2];
+} growth_fx_t;
+
+static void growth_open(growth_fx_t *f)
+{
+    const tpool_params_t pp = { .handle_pages = 8, .cache_percent = -1 };
+    tpool_open(&f->t, &pp);
+    f->s = vpmm_host_stream_create(f->t.host);
+}
+
+static void growth_close(growth_fx_t *f)
+{
+    check_b(f->b);
+    tfree(f->t.pool, f->b[0]);
+    tfree(f->t.pool, f->b[1]);
+    tpool_close(&f->t);
+}
+
+static void test_growth_above_the_mark_gives_unused_handles_back(void **state)
+{
+    growth_fx_t f;
     vpmm_stats_t before, after;
-    unsigned char *b[2], *x;
+    unsigned char *x;
     (void)state;
-    tpool_open(&t, &pp);
-    s = vpmm_host_stream_create(t.host);
-    two_free_handles(&t, s, b, 1);
-    before = tstats(t.pool);
+    growth_open(&f);
+    two_free_handles(&f.t, f.s, f.b, 1);
+    before = tstats(f.t.pool);
     assert_int_equal(before.peak_mapped_bytes, before.mapped_bytes); /* at the mark */
-    x = tmalloc(t.pool, 20 * MiB, s);
+    x = tmalloc(f.t.pool, 20 * MiB, f.s);
     memset(x, 0x55, 20 * MiB);
-    CHECK_POOL(t.pool);
-    assert_driver_matches_pool(&t);
-    after = tstats(t.pool);
+    CHECK_POOL(f.t.pool);
+    assert_driver_matches_pool(&f.t);
+    after = tstats(f.t.pool);
     assert_int_equal(after.pages_released - before.pages_released, 8); /* the unused handle */
     assert_int_equal(after.pages_created - before.pages_created, 2);
     assert_int_equal(after.mapped_bytes, before.mapped_bytes - 12 * MiB);
     assert_int_equal(after.peak_mapped_bytes, before.peak_mapped_bytes); /* no higher */
-    check_b(b);
+    check_b(f.b);
     for (size_t k = 0; k < 20 * MiB; k += 4093)
         assert_int_equal(x[k], 0x55);
-    tfree(t.pool, x);
-    tfree(t.pool, b[0]);
-    tfree(t.pool, b[1]);
-    tpool_close(&t);
+    tfree(f.t.pool, x);
+    growth_close(&f);
 }
 
 /* The growth trim's releases fail (twice each): the handle is kept, unmapped, for the next trim;
  * the malloc succeeds all the same, and the room reserved for the failure is given back. */
 static void test_growth_trim_release_kept_for_later(void **state)
 {
-    const tpool_params_t pp = { .handle_pages = 8, .cache_percent = -1 };
-    tpool_t t;
-    vpmm_stream_t s;
-    unsigned char *b[2], *x;
+    growth_fx_t f;
+    unsigned char *x;
     (void)state;
-    tpool_open(&t, &pp);
-    s = vpmm_host_stream_create(t.host);
-    two_free_handles(&t, s, b, 1);
-    vpmm_fault_fail_run(t.fault, VPMM_DRV_MEM_RELEASE, 1, 2, VPMM_DRV_ERROR);
-    x = tmalloc(t.pool, 20 * MiB, s);
-    vpmm_fault_clear(t.fault);
-    assert_int_equal(t.pool->nunreleased, 1);
-    assert_int_equal(t.pool->unreleased_reserved, 0);
-    CHECK_POOL(t.pool);
-    assert_driver_matches_pool(&t);
+    growth_open(&f);
+    two_free_handles(&f.t, f.s, f.b, 1);
+    vpmm_fault_fail_run(f.t.fault, VPMM_DRV_MEM_RELEASE, 1, 2, VPMM_DRV_ERROR);
+    x = tmalloc(f.t.pool, 20 * MiB, f.s);
+    vpmm_fault_clear(f.t.fault);
+    assert_int_equal(f.t.pool->nunreleased, 1);
+    assert_int_equal(f.t.pool->unreleased_reserved, 0);
+    CHECK_POOL(f.t.pool);
+    assert_driver_matches_pool(&f.t);
     memset(x, 0x66, 20 * MiB);
-    check_b(b);
-    trim(&t, SIZE_MAX); /* retries the kept release */
-    assert_int_equal(t.pool->nunreleased, 0);
-    tfree(t.pool, x);
-    tfree(t.pool, b[0]);
-    tfree(t.pool, b[1]);
-    tpool_close(&t);
+    check_b(f.b);
+    trim(&f.t, SIZE_MAX); /* retries the kept release */
+    assert_int_equal(f.t.pool->nunreleased, 0);
+    tfree(f.t.pool, x);
+    growth_close(&f);
 }
 
 /* Below the mark nothing goes back: the footprint is the mark, and a release would only cost a
  * later growth. Memory pending on a busy stream never goes back. */
 static void test_growth_below_the_mark_or_pending_keeps_handles(void **state)
 {
-    const tpool_params_t pp = { .handle_pages = 8, .cache_percent = -1 };
-    tpool_t t;
-    vpmm_stream_t s;
+    growth_fx_t f;
     vpmm_stats_t before, after;
-    unsigned char *b[2];
     void *x, *big;
     (void)state;
-    tpool_open(&t, &pp);
-    s = vpmm_host_stream_create(t.host);
-    big = tmalloc(t.pool, 64 * MiB, s); /* sets the mark */
-    tfree(t.pool, big);
-    trim(&t, 0);
-    assert_int_equal(tstats(t.pool).mapped_bytes, 0);
-    two_free_handles(&t, s, b, 1);
-    before = tstats(t.pool);
+    growth_open(&f);
+    big = tmalloc(f.t.pool, 64 * MiB, f.s); /* sets the mark */
+    tfree(f.t.pool, big);
+    trim(&f.t, 0);
+    assert_int_equal(tstats(f.t.pool).mapped_bytes, 0);
+    two_free_handles(&f.t, f.s, f.b, 1);
+    before = tstats(f.t.pool);
     assert_true(before.mapped_bytes + 4 * MiB <= before.peak_mapped_bytes);
-    x = tmalloc(t.pool, 20 * MiB, s); /* 2 pages created, still below the mark */
-    after = tstats(t.pool);
+    x = tmalloc(f.t.pool, 20 * MiB, f.s); /* 2 pages created, still below the mark */
+    after = tstats(f.t.pool);
     assert_int_equal(after.pages_released, before.pages_released);
     assert_int_equal(after.mapped_bytes, before.mapped_bytes + 4 * MiB);
-    check_b(b);
-    tfree(t.pool, x);
-    tfree(t.pool, b[0]);
-    tfree(t.pool, b[1]);
-    tpool_close(&t);
+    check_b(f.b);
+    tfree(f.t.pool, x);
+    growth_close(&f);
 
     /* At the mark, but the unused handle is pending on a stream whose work is not done. */
-    tpool_open(&t, &pp);
-    s = vpmm_host_stream_create(t.host);
-    two_free_handles(&t, s, b, 0);
-    vpmm_host_enqueue(t.host, s);
+    growth_open(&f);
+    two_free_handles(&f.t, f.s, f.b, 0);
+    vpmm_host_enqueue(f.t.host, f.s);
     {
-        vpmm_stream_t s2 = vpmm_host_stream_create(t.host);
-        before = tstats(t.pool);
+        vpmm_stream_t s2 = vpmm_host_stream_create(f.t.host);
+        before = tstats(f.t.pool);
         /* s's free memory may move (with a GPU-side wait), never go back */
-        x = tmalloc(t.pool, 20 * MiB, s2);
-        CHECK_POOL(t.pool);
-        assert_driver_matches_pool(&t);
-        after = tstats(t.pool);
+        x = tmalloc(f.t.pool, 20 * MiB, s2);
+        CHECK_POOL(f.t.pool);
+        assert_driver_matches_pool(&f.t);
+        after = tstats(f.t.pool);
         assert_true(after.peak_mapped_bytes > before.peak_mapped_bytes); /* above the mark */
         assert_int_equal(after.pages_released, before.pages_released);
-        tfree(t.pool, x);
+        tfree(f.t.pool, x);
     }
-    vpmm_host_complete_all(t.host);
-    check_b(b);
-    tfree(t.pool, b[0]);
-    tfree(t.pool, b[1]);
-    tpool_close(&t);
+    vpmm_host_complete_all(f.t.host);
+    growth_close(&f);
 }
 
 /* The cap bounds growth: a burst stops at it, and past it malloc reports out of memory. */
