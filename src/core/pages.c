@@ -217,6 +217,8 @@ void vpmm_i_phys_link(vpmm_pool_t *p, vpmm_phys_t *ph, uintptr_t va)
     for (size_t off = 0; off < ph->size; off += p->page_size)
         vpmm_hmap_put(&p->maps, va + off, ph); /* room reserved by the caller */
     p->c.mapped_bytes += ph->size;
+    if (p->c.mapped_bytes > p->mapped_high)
+        p->mapped_high = p->c.mapped_bytes; /* the only place mapped memory grows */
     p->c.pages_created += ph->size / p->page_size;
     p->c.handles_created++;
     vpmm_i_cache_limit_update(p);

@@ -13,8 +13,6 @@ static inline void vpmm_i_note_peaks(vpmm_pool_t *p)
         p->c.peak_live_bytes = p->c.live_bytes;
     if (p->c.mapped_bytes > p->c.peak_mapped_bytes)
         p->c.peak_mapped_bytes = p->c.mapped_bytes;
-    if (p->c.mapped_bytes > p->mapped_high)
-        p->mapped_high = p->c.mapped_bytes;
 }
 
 /* The same for a private arena (its mapped bytes are its allocated + free bytes). */
