@@ -57,31 +57,41 @@ static int releasable(const vpmm_phys_t *ph, const vpmm_region_t *r)
     return ph->zombie_maps == 0 && ph->va >= r->addr && ph->va + ph->size <= r->addr + r->size;
 }
 
-/* Handles of arena a that lie wholly in its ready free memory (address order). */
+/* Appends the handles lying wholly in ready free region r to (*out)[0..*n). */
+static vpmm_status_t region_candidates(vpmm_pool_t *p, const vpmm_region_t *r, vpmm_phys_t ***out,
+                                       size_t *n, size_t *cap)
+{
+    const size_t pg = p->page_size;
+    for (uintptr_t at = vpmm_align_up(r->addr, pg); at + pg <= r->addr + r->size;) {
+        vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
+        if (ph->va == at && releasable(ph, r)) {
+            if (VPMM_GROW(*out, *cap, *n + 1, 64) != 0)
+                return VPMM_ERROR_HOST_OUT_OF_MEMORY;
+            (*out)[(*n)++] = ph;
+        }
+        at = ph->va == at ? at + ph->size : at + pg;
+    }
+    return VPMM_SUCCESS;
+}
+
+/* Handles of arena a that lie wholly in its ready free memory, in address order (vpmm_trim). */
 static vpmm_status_t candidates(vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_phys_t ***out,
                                 size_t *n, size_t *cap)
 {
-    const size_t pg = p->page_size;
-    for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
-        if (c->arena != a)
-            continue;
-        for (vpmm_region_t *r = c->first; r; r = r->next) {
-            uintptr_t at = vpmm_align_up(r->addr, pg);
-            if (r->state != VPMM_REGION_FREE || !r->ready)
-                continue;
-            while (at + pg <= r->addr + r->size) {
-                vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
-                if (ph->va == at && releasable(ph, r)) {
-                    if (VPMM_GROW(*out, *cap, *n + 1, 64) != 0) {
-                        vpmm_i_set_error("vpmm_trim: out of host memory");
-                        return VPMM_ERROR_HOST_OUT_OF_MEMORY;
-                    }
-                    (*out)[(*n)++] = ph;
-                }
-                at = ph->va == at ? at + ph->size : at + pg;
-            }
-        }
-    }
+    for (vpmm_chunk_t *c = p->chunks; c; c = c->next)
+        for (vpmm_region_t *r = c->first; r && c->arena == a; r = r->next)
+            if (r->state == VPMM_REGION_FREE && r->ready)
+                VPMM_CHECK(region_candidates(p, r, out, n, cap));
+    return VPMM_SUCCESS;
+}
+
+/* The same in any order, from the arena's ready tree: only its free regions are visited (the
+ * growth trim runs on mallocs). */
+static vpmm_status_t ready_candidates(vpmm_pool_t *p, const vpmm_arena_t *a, vpmm_phys_t ***out,
+                                      size_t *n, size_t *cap)
+{
+    for (vpmm_rb_node_t *x = vpmm_rb_first(&a->ready); x; x = vpmm_rb_next(x))
+        VPMM_CHECK(region_candidates(p, VPMM_CONTAINER_OF(x, vpmm_region_t, node), out, n, cap));
     return VPMM_SUCCESS;
 }
 
@@ -204,14 +214,17 @@ vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_re
     vpmm_i_stream_mark_foreign(pool);
     vpmm_i_stream_poll_all(pool, NULL); /* caches flushed first */
     st = retry_unreleased(pool);
-    if (st == VPMM_SUCCESS)
-        st = candidates(pool, &pool->shared, &cand, &n, &cap);
-    for (vpmm_arena_t *a = pool->privates; a && st == VPMM_SUCCESS; a = a->next)
-        if (!a->pinned && a->captures == 0)
-            st = candidates(pool, a, &cand, &n, &cap);
-    if (st == VPMM_SUCCESS && reserve_unmaps(pool, n, &batch) != VPMM_SUCCESS) {
-        vpmm_i_set_error("vpmm_trim: out of host memory");
-        st = VPMM_ERROR_HOST_OUT_OF_MEMORY;
+    if (st == VPMM_SUCCESS) {
+        vpmm_status_t hst = candidates(pool, &pool->shared, &cand, &n, &cap);
+        for (vpmm_arena_t *a = pool->privates; a && hst == VPMM_SUCCESS; a = a->next)
+            if (!a->pinned && a->captures == 0)
+                hst = candidates(pool, a, &cand, &n, &cap);
+        if (hst == VPMM_SUCCESS)
+            hst = reserve_unmaps(pool, n, &batch);
+        if (hst != VPMM_SUCCESS) {
+            vpmm_i_set_error("vpmm_trim: out of host memory");
+            st = hst;
+        }
     }
     if (st == VPMM_SUCCESS && n > 0 && pool->c.mapped_bytes > target_bytes) {
         size_t bytes = 0;
@@ -266,10 +279,11 @@ void vpmm_i_trim_for_growth(vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_unmapp
     if (plan->nnew == 0 || plan->arena->priv || grown <= p->mapped_high)
         return;
     excess = grown - p->mapped_high;
-    if (candidates(p, &p->shared, &cand, &n, &cap) != VPMM_SUCCESS)
+    if (ready_candidates(p, &p->shared, &cand, &n, &cap) != VPMM_SUCCESS)
         goto done;
     for (vpmm_arena_t *a = p->privates; a; a = a->next)
-        if (!a->pinned && a->captures == 0 && candidates(p, a, &cand, &n, &cap) != VPMM_SUCCESS)
+        if (!a->pinned && a->captures == 0 &&
+            ready_candidates(p, a, &cand, &n, &cap) != VPMM_SUCCESS)
             goto done;
     for (size_t i = 0; i < n; i++)
         if (!in_plan(p, plan, cand[i]) &&
