@@ -482,12 +482,15 @@ static vpmm_status_t harvest_supply(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_a
     return st;
 }
 
-/* Whether the handle at [va, va + bytes) is already one of the plan's runs. */
-static int in_runs(const vpmm_pool_t *p, const vpmm_plan_t *plan, uintptr_t va, size_t bytes)
+int vpmm_i_plan_uses(const vpmm_pool_t *p, const vpmm_plan_t *plan, uintptr_t va, size_t bytes)
 {
+    const vpmm_region_t *nb[2] = { plan->left, plan->right };
+    for (size_t i = 0; i < 2; i++)
+        if (nb[i] != NULL && va < nb[i]->addr + nb[i]->size && va + bytes > nb[i]->addr)
+            return 1;
     for (size_t i = 0; i < plan->nruns; i++)
-        if (va >= plan->runs[i].addr &&
-            va + bytes <= plan->runs[i].addr + plan->runs[i].npages * p->page_size)
+        if (va < plan->runs[i].addr + plan->runs[i].npages * p->page_size &&
+            va + bytes > plan->runs[i].addr)
             return 1;
     return 0;
 }
@@ -514,7 +517,7 @@ static void find_bigger(const vpmm_pool_t *p, const vpmm_plan_t *plan, const vpm
             const vpmm_phys_t *ph = vpmm_i_phys_at(p, at);
             const size_t np = ph->size / pg;
             if (ph->va >= lo && ph->va + ph->size <= hi && np > need && np < b->np &&
-                !in_runs(p, plan, ph->va, ph->size))
+                !vpmm_i_plan_uses(p, plan, ph->va, ph->size))
                 *b = (bigger_t){ r, ph->va, np };
             at = ph->va + ph->size > at ? ph->va + ph->size : at + pg;
         }

@@ -54,6 +54,9 @@ vpmm_status_t vpmm_i_plan_make(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t size
  * regions; pages only from the shared arena's ready memory (no wait, no marker) or fresh. */
 vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_stream_rec_t *s,
                                        size_t size, int fewest_new, vpmm_plan_t *plan);
+/* Whether the plan uses [va, va + bytes): it overlaps one of the runs the plan moves or a free
+ * neighbour its span absorbs. */
+int vpmm_i_plan_uses(const vpmm_pool_t *p, const vpmm_plan_t *plan, uintptr_t va, size_t bytes);
 /* Where to map when the plan's hole is a fresh chunk. */
 void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole);
 

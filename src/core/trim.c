@@ -249,20 +249,6 @@ vpmm_status_t vpmm_i_trim(vpmm_pool_t *pool, size_t target_bytes, size_t *out_re
     return st != VPMM_SUCCESS ? st : rst;
 }
 
-/* Whether handle ph lies in one of the plan's runs or in a free neighbour its span absorbs. */
-static int in_plan(const vpmm_pool_t *p, const vpmm_plan_t *plan, const vpmm_phys_t *ph)
-{
-    const vpmm_region_t *nb[2] = { plan->left, plan->right };
-    for (size_t i = 0; i < 2; i++)
-        if (nb[i] != NULL && ph->va < nb[i]->addr + nb[i]->size && ph->va + ph->size > nb[i]->addr)
-            return 1;
-    for (size_t i = 0; i < plan->nruns; i++)
-        if (ph->va < plan->runs[i].addr + plan->runs[i].npages * p->page_size &&
-            ph->va + ph->size > plan->runs[i].addr)
-            return 1;
-    return 0;
-}
-
 /*
  * Why: the harvest moves a free handle only while it fits in the pages still needed, so a growth
  * of a few pages is created fresh while whole free handles of more pages lie unused (handles of
@@ -286,7 +272,7 @@ void vpmm_i_trim_for_growth(vpmm_pool_t *p, const vpmm_plan_t *plan, vpmm_unmapp
             ready_candidates(p, a, &cand, &n, &cap) != VPMM_SUCCESS)
             goto done;
     for (size_t i = 0; i < n; i++)
-        if (!in_plan(p, plan, cand[i]) &&
+        if (!vpmm_i_plan_uses(p, plan, cand[i]->va, cand[i]->size) &&
             cand[i]->size <= VPMM_MAX(excess, p->opt.handle_pages * p->page_size))
             cand[kept++] = cand[i];
     n = kept;
