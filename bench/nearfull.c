@@ -41,7 +41,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: vpmm-nearfull [--seed N] [--ops N] [--device-gib N] [--cap-gib N]\n"
                "                     [--graph-gib N] [--large-percent P] [--handle-pages N]\n"
-               "                     [--json] [--quiet] [--report] [--help] [--version]\n"
+               "                     [--large-handles 0|1] [--json] [--quiet] [--report]\n"
+               "                     [--help] [--version]\n"
                "  --seed           the stress's seed (default 1)\n"
                "  --ops            operations (default 200000)\n"
                "  --device-gib     the host emulation's device memory (default 80)\n"
@@ -49,6 +50,7 @@ static void usage(FILE *f)
                "  --graph-gib      GiB a graph pool holds from the start (default 0)\n"
                "  --large-percent  mallocs of 3 MiB up to the device's size (default 3)\n"
                "  --handle-pages   config.handle_pages (default: the library's, 1)\n"
+               "  --large-handles  config.large_handles (default: the library's, 1)\n"
                "  --json           one JSON object on stdout instead of the text\n"
                "  --quiet          no line per violation\n"
                "  --report         vpmm's own out-of-memory report after each violation\n"
@@ -84,6 +86,7 @@ int main(int argc, char **argv)
         { "graph-gib", required_argument, NULL, 'g' },
         { "large-percent", required_argument, NULL, 'l' },
         { "handle-pages", required_argument, NULL, 'p' },
+        { "large-handles", required_argument, NULL, 'L' },
         { "json", no_argument, NULL, 'j' },
         { "quiet", no_argument, NULL, 'q' },
         { "report", no_argument, NULL, 'r' },
@@ -91,14 +94,14 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     uint64_t seed = 1, ops = 200000, device_gib = 80, cap_gib = 0, graph_gib = 0, large = 3,
-             handle_pages = 0;
+             handle_pages = 0, large_handles = 2;
     options_t o = { 0, 0, 0 };
     nf_params_t prm;
     nf_result_t res;
     int c;
 
     cli_check_stdout_at_exit(TOOL);
-    while ((c = getopt_long(argc, argv, "s:o:d:c:g:l:p:jqrh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:o:d:c:g:l:p:L:jqrh", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
             if (cli_u64(TOOL, "--seed", optarg, 0, UINT64_MAX, &seed) != 0)
@@ -126,6 +129,10 @@ int main(int argc, char **argv)
             break;
         case 'p':
             if (cli_u64(TOOL, "--handle-pages", optarg, 1, 512, &handle_pages) != 0)
+                return 1;
+            break;
+        case 'L':
+            if (cli_u64(TOOL, "--large-handles", optarg, 0, 1, &large_handles) != 0)
                 return 1;
             break;
         case 'j':
@@ -156,7 +163,8 @@ int main(int argc, char **argv)
                          .cap = (size_t)cap_gib * GiB,
                          .graph_bytes = (size_t)graph_gib * GiB,
                          .large_percent = (unsigned)large,
-                         .handle_pages = (size_t)handle_pages };
+                         .handle_pages = (size_t)handle_pages,
+                         .no_large_handles = large_handles == 0 };
     if (nf_run(&prm, &res, on_oom, &o) != 0 || res.check != 0)
         return 3;
     if (o.json)

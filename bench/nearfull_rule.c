@@ -168,6 +168,8 @@ int nf_run(const nf_params_t *prm, nf_result_t *res, nf_oom_fn on_oom, void *use
     cfg.host_memory = prm->device;
     cfg.max_bytes = prm->cap;
     cfg.handle_pages = prm->handle_pages;
+    if (prm->no_large_handles)
+        cfg.large_handles = 0;
     if (vpmm_pool_create(&cfg, &pool) != VPMM_SUCCESS) {
         fprintf(stderr, "nearfull: vpmm_pool_create: %s\n", vpmm_last_error());
         free(live);

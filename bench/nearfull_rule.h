@@ -44,6 +44,7 @@ typedef struct nf_params {
     size_t graph_bytes;     /* held by a graph pool from the start (0: none) */
     unsigned large_percent; /* mallocs of 3 MiB up to the device's size */
     size_t handle_pages;    /* config.handle_pages (0: the library's) */
+    int no_large_handles;   /* 1: config.large_handles = 0; 0: the library's */
 } nf_params_t;
 
 typedef struct nf_result {

@@ -173,6 +173,14 @@ typedef struct vpmm_config {
                             processes can map (vpmm_ipc_export), where the device supports it
                             (POSIX file descriptors; else the pool works without, and exports fail
                             with VPMM_ERROR_NOT_SUPPORTED); 0 = never */
+    int large_handles;   /* VPMM_LARGE_HANDLES; -1 (default) = 1; 1 = a growth of 1 GiB or more
+                            gets handles of up to 1 GiB, and an allocation burst grows ahead in
+                            handles of up to 1 GiB: fast (an H100 maps 8 GiB in ~1 ms), but once
+                            smaller blocks reuse such a handle, its free pages can serve only what
+                            fits beside them; 0 = every growth makes exactly the pages it needs,
+                            in handles of handle_pages: with handle_pages 1, every free page can
+                            be gathered, so the near-full rule holds in full (docs/ALGORITHM.md,
+                            "The near-full rule"), at ~28 ms per GiB of growth on an H100 */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */

@@ -234,6 +234,66 @@ static void test_big_request_big_handles(void **state)
     tpool_close(&t);
 }
 
+/*
+ * VPMM_LARGE_HANDLES=0: a growth of 1 GiB or more and an allocation burst make exactly the pages
+ * they need, one handle each. The point is near the end of the device: 64 one-page blocks of a
+ * burst fill it, every other one is freed, and a 32-page request must gather the free pages.
+ * With large handles (the default) the burst's later growths are handles of several pages, each
+ * now half live: their free pages cannot be gathered, and the request is refused, the pool
+ * unchanged. Without, it succeeds with no page created.
+ */
+static void burst_then_gather(int large, vpmm_status_t expected)
+{
+    tpool_params_t prm = { .memory_limit = 64 * PG, .no_large_handles = !large };
+    tpool_t t;
+    void *p[64], *q = NULL;
+    vpmm_stats_t before, after;
+    tpool_open(&t, &prm);
+    for (int i = 0; i < 64; i++)
+        p[i] = tmalloc(t.pool, PG, NULL);
+    before = tstats(t.pool);
+    assert_int_equal(before.mapped_bytes, 64 * PG);
+    if (large)
+        assert_true(before.handles < 64); /* the burst grew ahead in larger handles */
+    else
+        assert_int_equal(before.handles_created, 64);
+    for (int i = 0; i < 64; i += 2)
+        tfree(t.pool, p[i]);
+    assert_int_equal(vpmm_malloc(t.pool, 32 * PG, NULL, &q), expected);
+    CHECK_POOL(t.pool);
+    after = tstats(t.pool);
+    assert_int_equal(after.pages_created, before.pages_created);
+    assert_int_equal(after.mapped_bytes, 64 * PG);
+    if (expected == VPMM_SUCCESS) {
+        assert_int_equal(after.pages_remapped, 32);
+        tfree(t.pool, q);
+    } else {
+        assert_null(q);
+        assert_int_equal(after.live_allocs, 32);
+        assert_int_equal(after.pages_remapped, 0);
+    }
+    for (int i = 1; i < 64; i += 2)
+        tfree(t.pool, p[i]);
+    assert_driver_matches_pool(&t);
+    tpool_close(&t);
+}
+
+static void test_no_large_handles_gathers_every_page(void **state)
+{
+    tpool_params_t prm = { .no_large_handles = 1 };
+    tpool_t t;
+    void *p;
+    (void)state;
+    tpool_open(&t, &prm);
+    p = tmalloc(t.pool, 2 * GiB, NULL);
+    assert_int_equal(tstats(t.pool).handles_created, 1024);
+    assert_int_equal(tstats(t.pool).pages_created, 1024);
+    tfree(t.pool, p);
+    tpool_close(&t);
+    burst_then_gather(0, VPMM_SUCCESS);
+    burst_then_gather(1, VPMM_ERROR_OUT_OF_MEMORY);
+}
+
 /* VPMM_HANDLE_PAGES = 4: a growth of 10 pages creates handles of 4, 4 and 2 pages; once freed,
  * a later span takes them whole (never part of a handle), and the books match the driver. */
 static void test_handle_pages_cuts_growth(void **state)
@@ -523,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_new_chunk_undone),
         cmocka_unit_test(test_span_is_one_region_of_caller),
         cmocka_unit_test(test_big_request_big_handles),
+        cmocka_unit_test(test_no_large_handles_gathers_every_page),
         cmocka_unit_test(test_handle_pages_cuts_growth),
         cmocka_unit_test(test_burst_grows_geometrically),
         cmocka_unit_test(test_free_ends_burst),

@@ -7,9 +7,10 @@
  * pages the device and the cap still allow cover it, whether those pages are ready or pending on
  * the caller's stream and whatever handle they lie in. With and without a cap, with a graph pool
  * holding pages (in a build with graph/), across both size classes, with handles of several
- * pages. Refusals that only the
- * free pages of partly live handles of several pages would have served are printed (the rest of
- * the rule). The pool's invariants are checked at the end of each run.
+ * pages. Refusals that only the free pages of partly live handles of several pages would have
+ * served are printed (the rest of the rule). With VPMM_LARGE_HANDLES=0 there are no such
+ * handles, and the whole rule is checked: no refusal at all while free whole pages suffice. The
+ * pool's invariants are checked at the end of each run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,9 @@ static void run_rule(const char *name, nf_params_t prm, size_t min_ooms)
                   (double)(prm.cap ? prm.cap : prm.device) / GiB);
     assert_int_equal(res.check, 0);
     assert_int_equal(res.movable, 0);
+    /* Without large handles every handle is one page: the whole rule holds. */
+    if (prm.no_large_handles)
+        assert_int_equal(res.violations, 0);
     /* The stress did reach the end of the device (or the cap): the rule was put to the test. */
     assert_true(res.ooms >= min_ooms);
     assert_true(res.peak_mapped >= (prm.cap ? prm.cap : prm.device) / 100 * 95);
@@ -87,6 +91,42 @@ static void test_handles_of_8_pages(void **state)
                  10);
 }
 
+/*
+ * VPMM_LARGE_HANDLES=0, single pages: the whole rule, no refusal with free whole pages enough,
+ * with and without a cap, with a graph pool, across both size classes. (An 8 GiB device: the 80
+ * GiB one in single pages needs more mappings than a default vm.max_map_count allows.)
+ */
+static void test_whole_rule_without_large_handles(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        run_rule("8 GiB, no large handles",
+                 (nf_params_t){ .seed = seed,
+                                .ops = 200000,
+                                .device = 8 * GiB,
+                                .large_percent = 3,
+                                .no_large_handles = 1 },
+                 50);
+        run_rule(
+            "cap 6 of 8, no large hdl",
+            (nf_params_t) {
+                .seed = seed, .ops = 200000, .device = 8 * GiB, .cap = 6 * GiB,
+#if VPMM_HAVE_GRAPHS
+                .graph_bytes = GiB,
+#endif
+                .large_percent = 3, .no_large_handles = 1
+            },
+            50);
+        run_rule("1 GiB small, no large hdl",
+                 (nf_params_t){ .seed = seed,
+                                .ops = 100000,
+                                .device = GiB,
+                                .large_percent = 1,
+                                .no_large_handles = 1 },
+                 1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -94,6 +134,7 @@ int main(void)
         cmocka_unit_test(test_cap_and_graph_pool),
         cmocka_unit_test(test_both_classes),
         cmocka_unit_test(test_handles_of_8_pages),
+        cmocka_unit_test(test_whole_rule_without_large_handles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -625,6 +625,31 @@ static void test_handle_pages_option(void **state)
     assert_error_mentions("config.handle_pages=513");
 }
 
+/* VPMM_LARGE_HANDLES and config.large_handles: on by default, 0 or 1, the config wins. */
+static void test_large_handles_option(void **state)
+{
+    vpmm_config_t c;
+    vpmm_options_t o;
+    (void)state;
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.large_handles, 1);
+    set_env("VPMM_LARGE_HANDLES", "0");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
+    assert_int_equal(o.large_handles, 0);
+    vpmm_config_init(&c);
+    assert_int_equal(c.large_handles, -1);
+    c.large_handles = 1;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_SUCCESS);
+    assert_int_equal(o.large_handles, 1);
+    set_env("VPMM_LARGE_HANDLES", "2");
+    assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_ERROR_INVALID_ENV);
+    assert_error_mentions("VPMM_LARGE_HANDLES");
+    tenv_unset_all();
+    c.large_handles = 2;
+    assert_int_equal(vpmm_i_options_resolve(&c, &o), VPMM_ERROR_INVALID_CONFIG);
+    assert_error_mentions("config.large_handles=2");
+}
+
 /* VPMM_SMALL_BYTES and config.small_bytes: an 8th of the page by default (set when the page size
  * is known), a byte size with suffixes, 0 in the environment (1 in the config) for no size
  * classes, at most the page size; the config wins. */
@@ -746,7 +771,7 @@ static void test_env_names_table(void **state)
             set_here[i] = 1;
         }
     }
-    assert_int_equal(knobs, 15);
+    assert_int_equal(knobs, 16);
     assert_int_equal(vpmm_i_options_resolve(NULL, &o), VPMM_SUCCESS);
     for (size_t i = 0; i < vpmm_i_env_var_count; i++)
         if (set_here[i])
@@ -1436,6 +1461,7 @@ int main(void)
         ENV_TEST(test_cap_and_verbose),
         ENV_TEST(test_worker_option),
         ENV_TEST(test_handle_pages_option),
+        ENV_TEST(test_large_handles_option),
         ENV_TEST(test_small_bytes_option),
         ENV_TEST(test_default_stream),
         ENV_TEST(test_resolve_bad_config),

@@ -37,6 +37,8 @@ vpmm_status_t tpool_try_open(tpool_t *t, const tpool_params_t *params, vpmm_driv
     cfg.driver_stats = params->driver_stats;
     cfg.worker = params->worker;
     cfg.handle_pages = params->handle_pages;
+    if (params->no_large_handles)
+        cfg.large_handles = 0;
     cfg.small_bytes = params->small_bytes;
     if (params->per_thread_default)
         cfg.default_stream = VPMM_DEFAULT_STREAM_PER_THREAD;

@@ -53,6 +53,7 @@ typedef struct tpool_params {
     int driver_stats;       /* VPMM_DRIVER_STATS: the counting decorator over the fault one */
     int worker;             /* VPMM_WORKER: 1 = the background worker (off by default) */
     size_t handle_pages;    /* VPMM_HANDLE_PAGES: 0 = the default (1) */
+    int no_large_handles;   /* VPMM_LARGE_HANDLES=0: 1 GiB and burst handles off */
     size_t small_bytes;     /* VPMM_SMALL_BYTES: 0 = the default (an 8th of a page), 1 = no size
                                classes (tests whose layouts mix small and large blocks in a page) */
     int devices;            /* devices of the host node: 0 = 1 */

@@ -28,6 +28,7 @@ void vpmm_i_config_defaults(vpmm_config_t *config)
     config->driver_stats = -1;
     config->worker = -1;
     config->ipc = -1;
+    config->large_handles = -1;
     config->default_stream = VPMM_DEFAULT_STREAM_UNSET;
 }
 
@@ -221,6 +222,7 @@ const vpmm_env_var_t vpmm_i_env_vars[] = {
     { "VPMM_WORKER", NULL },
     { "VPMM_IPC", NULL },
     { "VPMM_HANDLE_PAGES", NULL },
+    { "VPMM_LARGE_HANDLES", NULL },
     { "VPMM_SMALL_BYTES", NULL },
     { "VPMM_TORCH_ENABLE", "integrations/pytorch/autoenable/sitecustomize.py" },
     { "VPMM_TORCH_BACKEND", "integrations/pytorch/vpmm/torch.py" },
@@ -336,8 +338,8 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     vpmm_options_t o;
     size_t env_page = 0, env_va = 0, env_pages = 0, env_host = 0, env_cache = 0;
     size_t env_max = 0, env_verbose = 0, env_dstats = 0, env_worker = 0, env_hpages = 0;
-    size_t env_small = 0, env_ipc = 1;
-    vpmm_option_source_t ipc_src = VPMM_FROM_DEFAULT;
+    size_t env_small = 0, env_ipc = 1, env_large = 1;
+    vpmm_option_source_t ipc_src = VPMM_FROM_DEFAULT, large_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t small_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t page_src = VPMM_FROM_DEFAULT, va_src = VPMM_FROM_DEFAULT;
     vpmm_option_source_t pages_src = VPMM_FROM_DEFAULT, host_src = VPMM_FROM_DEFAULT;
@@ -384,6 +386,11 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
         vpmm_i_set_error("config.ipc=%d: expected -1 (default), 0 or 1", config->ipc);
         return VPMM_ERROR_INVALID_CONFIG;
     }
+    if (config->large_handles < -1 || config->large_handles > 1) {
+        vpmm_i_set_error("config.large_handles=%d: expected -1 (default), 0 or 1",
+                         config->large_handles);
+        return VPMM_ERROR_INVALID_CONFIG;
+    }
     if ((unsigned)config->default_stream > (unsigned)VPMM_DEFAULT_STREAM_PER_THREAD) {
         vpmm_i_set_error("config.default_stream=%d: expected VPMM_DEFAULT_STREAM_UNSET, _LEGACY "
                          "or _PER_THREAD",
@@ -416,6 +423,8 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
             env_number("VPMM_DRIVER_STATS", &env_dstats, &dstats_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_WORKER", &env_worker, &worker_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_IPC", &env_ipc, &ipc_src, 1, 0, 1, "expected 0 or 1"));
+        VPMM_CHECK(env_number("VPMM_LARGE_HANDLES", &env_large, &large_src, 1, 0, 1,
+                              "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_HANDLE_PAGES", &env_hpages, &hpages_src, 1, 1,
                               VPMM_HANDLE_PAGES_MAX, "expected 1 to 512"));
         VPMM_CHECK(env_number("VPMM_SMALL_BYTES", &env_small, &small_src, 0, 0, SIZE_MAX, ""));
@@ -465,6 +474,11 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
      * create POSIX-descriptor handles by default; the backend falls back where the device
      * cannot (driver_cuda.c). */
     o.ipc = config->ipc >= 0 ? config->ipc : ipc_src == VPMM_FROM_ENV ? (int)env_ipc : 1;
+    /* Large handles (policy.c, plan_growth): on unless asked not to; off, every free page can be
+     * gathered near the end of the device (docs/ALGORITHM.md, "The near-full rule"). */
+    o.large_handles = config->large_handles >= 0 ? config->large_handles
+                      : large_src == VPMM_FROM_ENV ? (int)env_large
+                                                   : 1;
     o.handle_pages = config->handle_pages          ? config->handle_pages
                      : hpages_src == VPMM_FROM_ENV ? env_hpages
                                                    : 1;

@@ -48,6 +48,7 @@ typedef struct vpmm_options {
     int worker;             /* a background thread unmaps zombies (worker.c) */
     int ipc;                /* create exportable physical memory (CUDA IPC, share.c) */
     size_t handle_pages;    /* the most pages an ordinary growth puts in one handle (policy.c) */
+    int large_handles;      /* 1 GiB handles for large growths and bursts (policy.c) */
     size_t small_bytes;     /* requests below this get pages of their own (policy.c); 0 until
                                finished (then an eighth of the page); 1 = no size classes */
     int per_thread_default; /* stream 0 is the calling thread's per-thread stream (stream.c) */

@@ -360,6 +360,10 @@ void vpmm_i_plan_place_in(vpmm_pool_t *p, vpmm_plan_t *plan, vpmm_region_t *hole
  *    that many pages, fewer driver calls, less freedom to move): every page stays movable on
  *    its own. Real programs interleave frees with their growth (both traces do), and then nothing
  *    is created ahead.
+ * The first two make handles of several pages that smaller blocks may later share, and a free
+ * page beside a live block in such a handle cannot be gathered (the driver maps whole handles).
+ * VPMM_LARGE_HANDLES=0 turns both off: every growth is an ordinary one, so that with single pages
+ * the near-full rule holds in full (docs/ALGORITHM.md).
  */
 #define GROWTH_BIG_BYTES ((size_t)1 << 30)
 #define GROWTH_STREAK    8 /* 4 is the least both traces tolerate: twice that, for margin */
@@ -392,6 +396,20 @@ static size_t device_room(vpmm_pool_t *p, size_t ours)
     return (dfree + VPMM_MIN(ours, SIZE_MAX - dfree)) / p->page_size;
 }
 
+/* Pages per handle of an ordinary growth of nnew pages: VPMM_HANDLE_PAGES at most. */
+static size_t ordinary_unit(const vpmm_pool_t *p, size_t nnew)
+{
+    return VPMM_MAX((size_t)1, VPMM_MIN(nnew, p->opt.handle_pages));
+}
+
+/* A large growth's handles: 1 GiB, unless VPMM_LARGE_HANDLES=0 makes it an ordinary one. */
+static size_t large_unit(const vpmm_pool_t *p, size_t nnew)
+{
+    if (p->opt.large_handles && nnew * p->page_size >= GROWTH_BIG_BYTES)
+        return VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / p->page_size);
+    return ordinary_unit(p, nnew);
+}
+
 static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan, size_t ours)
 {
     const size_t pg = p->page_size;
@@ -400,7 +418,8 @@ static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan, size_t ours)
     plan->unit = 1;
     if (plan->nnew == 0)
         return;
-    if (p->grow_streak >= GROWTH_STREAK && p->c.frees == p->grow_frees_mark &&
+    if (p->opt.large_handles && p->grow_streak >= GROWTH_STREAK &&
+        p->c.frees == p->grow_frees_mark &&
         plan->req_pages == p->grow_req && plan->right == NULL) {
         size_t room = plan->hole ? (plan->hole->addr + plan->hole->size - plan->map_at) / pg
                                  : p->opt.va_size / pg;
@@ -416,10 +435,7 @@ static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan, size_t ours)
         plan->unit = VPMM_MIN(target, big);
         return;
     }
-    if (plan->nnew * pg >= GROWTH_BIG_BYTES)
-        plan->unit = big;
-    else
-        plan->unit = VPMM_MAX((size_t)1, VPMM_MIN(plan->nnew, p->opt.handle_pages));
+    plan->unit = large_unit(p, plan->nnew);
 }
 
 /* Free pages of private arenas no graph and no capture uses: they may move like shared ones. */
@@ -659,8 +675,6 @@ vpmm_status_t vpmm_i_plan_make_private(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_str
 {
     plan->arena = a;
     VPMM_CHECK(plan_within_cap(p, s, size, fewest_new, plan));
-    plan->unit = plan->nnew * p->page_size >= GROWTH_BIG_BYTES
-                     ? VPMM_MAX((size_t)1, GROWTH_BIG_BYTES / p->page_size)
-                     : VPMM_MAX((size_t)1, VPMM_MIN(plan->nnew, p->opt.handle_pages));
+    plan->unit = large_unit(p, plan->nnew);
     return VPMM_SUCCESS;
 }
