@@ -423,8 +423,8 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
             env_number("VPMM_DRIVER_STATS", &env_dstats, &dstats_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_WORKER", &env_worker, &worker_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_IPC", &env_ipc, &ipc_src, 1, 0, 1, "expected 0 or 1"));
-        VPMM_CHECK(env_number("VPMM_LARGE_HANDLES", &env_large, &large_src, 1, 0, 1,
-                              "expected 0 or 1"));
+        VPMM_CHECK(
+            env_number("VPMM_LARGE_HANDLES", &env_large, &large_src, 1, 0, 1, "expected 0 or 1"));
         VPMM_CHECK(env_number("VPMM_HANDLE_PAGES", &env_hpages, &hpages_src, 1, 1,
                               VPMM_HANDLE_PAGES_MAX, "expected 1 to 512"));
         VPMM_CHECK(env_number("VPMM_SMALL_BYTES", &env_small, &small_src, 0, 0, SIZE_MAX, ""));
@@ -476,7 +476,7 @@ vpmm_status_t vpmm_i_options_resolve(const vpmm_config_t *config, vpmm_options_t
     o.ipc = config->ipc >= 0 ? config->ipc : ipc_src == VPMM_FROM_ENV ? (int)env_ipc : 1;
     /* Large handles (policy.c, plan_growth): on unless asked not to; off, every free page can be
      * gathered near the end of the device (docs/ALGORITHM.md, "The near-full rule"). */
-    o.large_handles = config->large_handles >= 0 ? config->large_handles
+    o.large_handles = config->large_handles >= 0   ? config->large_handles
                       : large_src == VPMM_FROM_ENV ? (int)env_large
                                                    : 1;
     o.handle_pages = config->handle_pages          ? config->handle_pages

@@ -419,8 +419,7 @@ static void plan_growth(vpmm_pool_t *p, vpmm_plan_t *plan, size_t ours)
     if (plan->nnew == 0)
         return;
     if (p->opt.large_handles && p->grow_streak >= GROWTH_STREAK &&
-        p->c.frees == p->grow_frees_mark &&
-        plan->req_pages == p->grow_req && plan->right == NULL) {
+        p->c.frees == p->grow_frees_mark && plan->req_pages == p->grow_req && plan->right == NULL) {
         size_t room = plan->hole ? (plan->hole->addr + plan->hole->size - plan->map_at) / pg
                                  : p->opt.va_size / pg;
         size_t target = VPMM_MAX(p->c.mapped_bytes / pg / 4, plan->nnew);
