@@ -170,12 +170,14 @@ int main(int argc, char **argv)
     if (o.json)
         printf("{\"tool\": \"%s\", \"seed\": %llu, \"ops\": %llu, \"device_gib\": %llu, "
                "\"cap_gib\": %llu, \"graph_gib\": %llu, \"large_percent\": %llu, "
+               "\"handle_pages\": %llu, \"large_handles\": %d, "
                "\"mallocs\": %llu, \"frees\": %llu, \"ooms\": %llu, \"violations\": %llu, "
                "\"violations_movable\": %llu, \"peak_mapped_bytes\": %zu, "
                "\"peak_live_bytes\": %zu}\n",
                TOOL, (unsigned long long)seed, (unsigned long long)ops,
                (unsigned long long)device_gib, (unsigned long long)cap_gib,
                (unsigned long long)graph_gib, (unsigned long long)large,
+               (unsigned long long)(handle_pages ? handle_pages : 1), large_handles != 0,
                (unsigned long long)res.mallocs, (unsigned long long)res.frees,
                (unsigned long long)res.ooms, (unsigned long long)res.violations,
                (unsigned long long)res.movable, res.peak_mapped, res.peak_live);

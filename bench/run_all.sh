@@ -10,6 +10,7 @@
 #   REPS=5 bash bench/run_all.sh     # more repetitions of the timed vpmm/cuda replays
 #   VPMM_PYTHON=/opt/torch/.venv/bin/python bash bench/run_all.sh   # the PyTorch of that Python
 #   HANDLE_PAGES= bash bench/run_all.sh   # leave out the handle-size rows (default "4 8 16")
+#   NO_LARGE=0 bash bench/run_all.sh      # leave out the VPMM_LARGE_HANDLES=0 rows
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench-out}
@@ -70,6 +71,13 @@ if [ $gpu = 1 ]; then
     done
   done
 fi
+# Without large handles (VPMM_LARGE_HANDLES=0: every growth exactly its pages, the near-full rule
+# in full; RESULTS.md "The near-full rule in full, and its price"): two runs each.
+if [ $gpu = 1 ] && [ "${NO_LARGE-1}" = 1 ]; then
+  for t in bench/traces/*.trace.gz; do
+    for r in 1 2; do emit "nolarge#$r" "$(VPMM_LARGE_HANDLES=0 replay_json --backend cuda "$t")"; done
+  done
+fi
 # The idealised floor of every trace (bench/floor.py: the footprint goal is stated against it).
 python3 bench/floor.py --json bench/traces/*.trace.gz | while read -r l; do emit floor "$l"; done
 # The exact-size cache's cap: footprint against hot path (host backend, deterministic footprint).
@@ -82,6 +90,12 @@ if [ $gpu = 1 ]; then
   for b in cuda cudaMallocAsync cudaMalloc; do
     for r in 1 2; do "$growth" --backend $b --json | while read -r l; do emit "growth#$r" "$l"; done; done
   done
+  if [ "${NO_LARGE-1}" = 1 ]; then
+    for r in 1 2; do
+      VPMM_LARGE_HANDLES=0 "$growth" --backend cuda --json |
+        while read -r l; do emit "growth-nolarge#$r" "$l"; done
+    done
+  fi
 fi
 # Checkpoint take/reapply time and graph-tree memory (its own tables: RESULTS.md, Checkpoints).
 build-bench/bin/vpmm-checkpoint --backend "$([ $gpu = 1 ] && echo cuda || echo host)" \

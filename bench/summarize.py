@@ -95,6 +95,30 @@ def handle_pages(by, traces):
         print(f"| {t} | " + " | ".join(cells) + " |")
 
 
+def no_large(by, traces, torch):
+    """VPMM_LARGE_HANDLES=0 runs (run tags nolarge#r) beside the default's: total (ms), malloc p99
+    (µs), footprint, and the totals' ratio (also to PyTorch native's, where the file has it)."""
+    if not any(by.get((t, "nolarge")) for t in traces):
+        return
+    native = any(k == "torch" for k, _ in torch)
+    print("\n## Without large handles (VPMM_LARGE_HANDLES=0): total (ms) / malloc p99 (µs) / footprint\n")
+    print("| trace | default | VPMM_LARGE_HANDLES=0 | total, 0 ÷ default |" +
+          (" total, 0 ÷ PyTorch native |" if native else ""))
+    print("|---|---|---|---|" + ("---|" if native else ""))
+    for t in traces:
+        cells, tot = [], {}
+        for k in ("cuda", "nolarge"):
+            rs = [r for r in by.get((t, k), []) if "alloc_ms_total" in r]
+            tot[k] = median(r["alloc_ms_total"] for r in rs) if rs else None
+            cells.append(f"{tot[k]:.1f} / {median(r['malloc_ns_p99'] for r in rs) / 1e3:.1f} / "
+                         f"{footprint(rs[0])}" if rs else "—")
+        cells.append(f"{tot['nolarge'] / tot['cuda']:.2f}" if tot["cuda"] and tot["nolarge"] else "—")
+        if native:
+            a = totals(by, t, "torch")
+            cells.append(f"{tot['nolarge'] / median(a):.2f}" if tot["nolarge"] and a else "—")
+        print(f"| {t} | " + " | ".join(cells) + " |")
+
+
 def anchors(by, traces, torch):
     """vpmm against PyTorch's caching allocator: every backend's total, tails and footprint, then
     vpmm's total allocator time over each anchor's (below 1: vpmm spends less)."""
@@ -199,6 +223,7 @@ def main():
         anchors(by, traces, torch)
     second_half(by, traces, torch)
     handle_pages(by, traces)
+    no_large(by, traces, torch)
 
     cache = [r for r in replays if r["run"].startswith("cache")]
     if cache:
@@ -216,18 +241,28 @@ def main():
     growth = [r for r in rows if "pattern" in r]
     if growth:
         print("\n## Growth from empty to 8 GiB (ms), H100\n")
-        print("| pattern | vpmm (cuda) | handles | cudaMallocAsync | cudaMalloc |")
-        print("|---|---|---|---|---|")
+        # VPMM_LARGE_HANDLES=0 (run tags growth-nolarge#r), a column pair where the file has it
+        nolarge = any(r["run"].startswith("growth-nolarge") for r in growth)
+        print("| pattern | vpmm (cuda) | handles | cudaMallocAsync | cudaMalloc |" +
+              (" vpmm, VPMM_LARGE_HANDLES=0 | its handles |" if nolarge else ""))
+        print("|---|---|---|---|---|" + ("---|---|" if nolarge else ""))
         pats = []
         for r in growth:
             if r["pattern"] not in pats:
                 pats.append(r["pattern"])
         for p in pats:
-            def ms(b):
-                v = [r["ms"] for r in growth if r["pattern"] == p and r["backend"] == b]
+            def rows_of(b, nol=False):
+                return [r for r in growth if r["pattern"] == p and r["backend"] == b and
+                        r["run"].startswith("growth-nolarge") == nol]
+            def ms(b, nol=False):
+                v = [r["ms"] for r in rows_of(b, nol)]
                 return rng(v, "{:.2f}") if v else "—"
-            h = [r.get("handles_created") for r in growth if r["pattern"] == p and r["backend"] == "vpmm/cuda"]
-            print(f"| {p} | {ms('vpmm/cuda')} | {h[0] if h else '—'} | {ms('cudaMallocAsync')} | {ms('cudaMalloc')} |")
+            def handles(nol=False):
+                h = [r.get("handles_created") for r in rows_of("vpmm/cuda", nol)]
+                return h[0] if h else "—"
+            extra = f" {ms('vpmm/cuda', True)} | {handles(True)} |" if nolarge else ""
+            print(f"| {p} | {ms('vpmm/cuda')} | {handles()} | {ms('cudaMallocAsync')} | "
+                  f"{ms('cudaMalloc')} |{extra}")
 
 
 if __name__ == "__main__":

@@ -276,6 +276,7 @@ class BenchTools(unittest.TestCase):
                 ("checkpoint", ["--regions", "1,x"], "--regions: '1,x'"),
                 ("nearfull", ["--device-gib", "0"], "--device-gib: '0' is not an integer in"),
                 ("nearfull", ["--large-percent", "101"], "--large-percent: '101'"),
+                ("nearfull", ["--large-handles", "2"], "--large-handles: '2'"),
                 ("soak", ["--threads", "0"], "--threads: '0' is not an integer in 1..64"),
                 ("soak", ["--seconds", "-1"], "--seconds: '-1'")):
             if tool not in TOOLS:
@@ -374,6 +375,44 @@ class BenchTools(unittest.TestCase):
         r = run("nearfull", "--device-gib", "1", "--graph-gib", "1")
         self.assertEqual(r.returncode, 1)
         self.assertIn("--graph-gib must be less", r.stderr)
+
+    def test_nearfull_without_large_handles(self):
+        # Under a cap, with a graph pool: the default leaves refusals that only pages trapped in
+        # large handles would serve (exit 5); without large handles the whole rule holds.
+        args = ("--device-gib", "8", "--cap-gib", "6", "--graph-gib", "1", "--json")
+        r = run("nearfull", *args)
+        self.assertEqual(r.returncode, 5, r.stdout + r.stderr)
+        row = json.loads(r.stdout)
+        self.assertEqual(row["large_handles"], 1)
+        self.assertGreater(row["violations"], 0)
+        self.assertEqual(row["violations_movable"], 0)
+        r = run("nearfull", *args, "--large-handles", "0")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        row = json.loads(r.stdout)
+        self.assertEqual((row["large_handles"], row["violations"]), (0, 0))
+        self.assertGreater(row["ooms"], 0)
+
+    def test_summarize_without_large_handles(self):
+        # bench/summarize.py: the VPMM_LARGE_HANDLES=0 rows get a table and growth columns of their
+        # own, with the ratios to the default's and to PyTorch native's totals.
+        def replay(run, total, fp):
+            return {"run": run, "trace": "t.trace.gz", "alloc_ms_total": total, "footprint": fp,
+                    "malloc_ns_p99": 5000, "malloc_ns_max": 9000, "peak_live_bytes": 10**9,
+                    "pair_ns_median": 100}
+        rows = [replay("cuda#1", 10.0, 1.05), replay("cuda#2", 12.0, 1.05),
+                replay("nolarge#1", 30.0, 1.01), replay("nolarge#2", 33.0, 1.01),
+                replay("torch#1", 5.0, 1.3), replay("torch#2", 6.0, 1.3)]
+        rows += [{"run": f"growth{tag}#1", "pattern": "one", "backend": "vpmm/cuda", "ms": ms,
+                  "handles_created": h} for tag, ms, h in (("", 1.0, 8), ("-nolarge", 110.0, 4096))]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench.jsonl")
+            with open(path, "w") as f:
+                f.write("".join(json.dumps(x) + "\n" for x in rows))
+            r = subprocess.run([sys.executable, os.path.join(SRC, "bench", "summarize.py"), path],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| t | 11.0 / 5.0 / 1.050 | 31.5 / 5.0 / 1.010 | 2.86 | 5.73 |", r.stdout)
+        self.assertIn("| one | 1.00 | 8 | — | — | 110.00 | 4096 |", r.stdout)
 
 
 
