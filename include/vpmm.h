@@ -180,7 +180,7 @@ typedef struct vpmm_config {
                             fits beside them; 0 = every growth makes exactly the pages it needs,
                             in handles of handle_pages: with handle_pages 1, every free page can
                             be gathered, so the near-full rule holds in full (docs/ALGORITHM.md,
-                            "The near-full rule"), at ~28 ms per GiB of growth on an H100 */
+                            "The near-full rule"), at ~20-25 ms per GiB of growth on an H100 */
 } vpmm_config_t;
 
 /* Pool statistics; byte counts are exact at the moment of the call. */
