@@ -574,6 +574,58 @@ static void test_join_across_a_state_boundary(void **state)
     tpool_close(&t);
 }
 
+/*
+ * The same join where the page's halves are pending on two streams: x's on s1 (its work still
+ * running), y's on the caller s. The caller's stream waits on the GPU for s1's marker, and the
+ * page joins s's memory. Then with s1's half next to ready memory instead: both join s.
+ */
+static void join_two_streams(int caller_half_ready)
+{
+    tpool_t t;
+    tpool_params_t prm = { .memory_limit = 3 * PG, .cache_percent = -1, .small_bytes = 1 };
+    vpmm_stream_t s, s1;
+    void *x, *y, *z, *w;
+    uint64_t waits, k;
+    tpool_open(&t, &prm);
+    s = vpmm_host_stream_create(t.host);
+    s1 = vpmm_host_stream_create(t.host);
+    x = tmalloc(t.pool, MiB, s1);
+    y = tmalloc(t.pool, MiB, s);    /* x and y: one page */
+    z = tmalloc(t.pool, 2 * PG, s); /* the device is full */
+    assert_int_equal((uintptr_t)y, (uintptr_t)x + MiB);
+    vpmm_host_enqueue(t.host, s1);
+    tfree(t.pool, x); /* pending on s1 */
+    if (!caller_half_ready)
+        vpmm_host_enqueue(t.host, s);
+    tfree(t.pool, y); /* pending on s; ready once polled if s has no work */
+    waits = tstats(t.pool).cross_stream_waits;
+    w = tmalloc(t.pool, PG, s);
+    CHECK_POOL(t.pool);
+    assert_ptr_equal(w, x);
+    assert_int_equal(tstats(t.pool).pages_created, 3);
+    assert_int_equal(tstats(t.pool).ooms, 0);
+    assert_int_equal(tstats(t.pool).cross_stream_waits, waits + 1);
+    /* s's work after the malloc runs after s1's: the GPU-side wait is in s's queue. */
+    k = vpmm_host_enqueue(t.host, s);
+    vpmm_host_advance(t.host, s, 64);
+    assert_true(vpmm_host_stream_completed(t.host, s) < k);
+    vpmm_host_complete(t.host, s1);
+    vpmm_host_advance(t.host, s, 64);
+    assert_true(vpmm_host_stream_completed(t.host, s) >= k);
+    touch_ends(w, PG);
+    tfree(t.pool, w);
+    tfree(t.pool, z);
+    assert_driver_matches_pool(&t);
+    tpool_close(&t);
+}
+
+static void test_join_across_another_stream(void **state)
+{
+    (void)state;
+    join_two_streams(0);
+    join_two_streams(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -592,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_harvest_whole_handles_only),
         cmocka_unit_test(test_overshoot_moves_a_larger_handle),
         cmocka_unit_test(test_join_across_a_state_boundary),
+        cmocka_unit_test(test_join_across_another_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -228,6 +228,20 @@ static vpmm_status_t step_join(ctx_t *c)
     return step_malloc(c, 2 * MiB, c->a);
 }
 
+/* The join across two streams: a page half pending on b (its work still running), half on a; the
+ * device full; a page asked on a, which waits for b's marker on the GPU. */
+static void prefix_join_streams(ctx_t *c)
+{
+    void *x = take(c, MiB, c->b);
+    take(c, MiB, c->a);
+    void *y = c->live[c->nlive - 1];
+    take(c, 4 * MiB, c->a);
+    vpmm_host_enqueue(c->t.host, c->b);
+    drop(c, x);
+    vpmm_host_enqueue(c->t.host, c->a);
+    drop(c, y);
+}
+
 /* A growth above the high-water mark gives a free 8-page handle it cannot use back first
  * (trim.c, vpmm_i_trim_for_growth): 10 pages asked, one free 8-page handle moved, the other
  * unmapped and released, 2 pages created.
@@ -306,6 +320,11 @@ static const scenario_t scenarios[] = {
       { .memory_limit = 3 * 2 * MiB, .small_bytes = 1, .cache_percent = -1 },
       STEP_MALLOC,
       prefix_join,
+      step_join },
+    { "malloc: near full, a page joined across two streams",
+      { .memory_limit = 3 * 2 * MiB, .small_bytes = 1, .cache_percent = -1 },
+      STEP_MALLOC,
+      prefix_join_streams,
       step_join },
     { "malloc: above the mark, an unused handle given back first",
       { .handle_pages = 8, .cache_percent = -1 },

@@ -356,16 +356,23 @@ static vpmm_status_t slow_in_class_once(vpmm_pool_t *p, vpmm_stream_rec_t *s, si
     return st;
 }
 
-/* The slow path within the request's size class. Out of memory, it joins the whole pages the
- * caller may use that a boundary between ready memory and its own pending memory cut off (they
- * could not move: vpmm_i_region_join_across) and tries again: free whole pages serve whatever
- * handle they belong to (the near-full rule, docs/ALGORITHM.md). Each retry joins at least one
- * region, so the retries end. */
+/* The join's wait (vpmm_i_region_join_across): phase 1c's, where the caller may wait. */
+static int join_wait(vpmm_pool_t *p, vpmm_stream_rec_t *s, const vpmm_region_t *r)
+{
+    return vpmm_i_stream_may_wait(p, s) && wait_for_owner(p, s, r);
+}
+
+/* The slow path within the request's size class. Out of memory, it joins the whole pages that a
+ * boundary between two free regions of different states cut off — ready memory, the caller's
+ * pending memory, other streams' (after a GPU-side wait) — since they could not move
+ * (vpmm_i_region_join_across), and tries again: free whole pages serve whatever handle they
+ * belong to (the near-full rule, docs/ALGORITHM.md). Each retry joins at least one region, so
+ * the retries end. */
 static vpmm_status_t malloc_slow_in_class(vpmm_pool_t *p, vpmm_stream_rec_t *s, size_t rsize,
                                           vpmm_region_t **out, vpmm_precreated_t *pre)
 {
     vpmm_status_t st = slow_in_class_once(p, s, rsize, out, pre);
-    while (st == VPMM_ERROR_OUT_OF_MEMORY && vpmm_i_region_join_across(p, s) > 0)
+    while (st == VPMM_ERROR_OUT_OF_MEMORY && vpmm_i_region_join_across(p, s, join_wait) > 0)
         st = slow_in_class_once(p, s, rsize, out, pre);
     return st;
 }

@@ -447,25 +447,35 @@ static int cuts_a_handle(const vpmm_pool_t *p, uintptr_t b)
     return vpmm_i_phys_at(p, b)->va < b;
 }
 
-static int pending_on(const vpmm_region_t *r, const vpmm_stream_rec_t *s)
+/* A free region a join may take or join onto: not a deferred free (its gates decide), not cached
+ * (the slow path flushed the caches; a cached region is its stream's until then). */
+static int joinable(const vpmm_region_t *r)
 {
-    return r != NULL && r->state == VPMM_REGION_FREE && !r->ready && r->uses == NULL &&
-           !r->cached && r->stream == s;
+    return r != NULL && r->state == VPMM_REGION_FREE && r->uses == NULL && !r->cached &&
+           (r->ready || r->seq != VPMM_SEQ_CAPTURE);
 }
 
-size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_stream_rec_t *s)
+static int pending_on(const vpmm_region_t *r, const vpmm_stream_rec_t *s)
+{
+    return joinable(r) && !r->ready && r->stream == s;
+}
+
+size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_join_wait_fn wait)
 {
     size_t joined = 0;
-    if (s->retired || s->pending_bytes == 0)
+    if (s->retired)
         return 0;
     for (vpmm_chunk_t *c = p->chunks; c; c = c->next) {
         if (c->arena != &p->shared)
             continue;
         for (vpmm_region_t *r = c->first; r; r = r->next) {
-            if (r->state != VPMM_REGION_FREE || !r->ready || r->uses != NULL || r->cached)
+            if (!joinable(r) || pending_on(r, s))
                 continue;
-            if (!(pending_on(r->prev, s) && cuts_a_handle(p, r->addr)) &&
-                !(pending_on(r->next, s) && cuts_a_handle(p, r->addr + r->size)))
+            if (!(joinable(r->prev) && cuts_a_handle(p, r->addr)) &&
+                !(joinable(r->next) && cuts_a_handle(p, r->addr + r->size)))
+                continue;
+            /* Another stream's memory: the caller's stream waits for it on the GPU first. */
+            if (!r->ready && (wait == NULL || !wait(p, s, r)))
                 continue;
             vpmm_i_index_del(p, r);
             r->ready = 0;

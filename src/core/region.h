@@ -57,14 +57,19 @@ vpmm_region_t *vpmm_i_region_find(const vpmm_pool_t *p, uintptr_t addr);
 /* Marks an unindexed region FREE: pending on s (seq = its next marker) or ready if s is NULL. */
 void vpmm_i_region_set_free(vpmm_pool_t *p, vpmm_region_t *r, vpmm_stream_rec_t *s);
 
-/* The shared arena's ready free regions next to free regions pending on stream s, where the
- * boundary between them runs through a page or a handle, made pending on s and coalesced: the
- * pages and handles across such a boundary become one free region's, which defragmentation can
- * move (it takes whole handles out of one region). s may reuse ready memory at once; other
- * streams then wait for s's marker, as for s's own frees. Returns how many regions it joined.
- * The near-full rule's step (docs/ALGORITHM.md): free whole pages the caller may use are never
- * left out because a state boundary cuts their handle. */
-size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_stream_rec_t *s);
+/* Makes stream s wait on the GPU for the marker that covers free region r's owner (another
+ * stream); 0 if it cannot (the marker or the wait failed, or s may not wait now). */
+typedef int (*vpmm_join_wait_fn)(vpmm_pool_t *p, vpmm_stream_rec_t *s, const vpmm_region_t *r);
+
+/* The shared arena's free regions next to another free region where the boundary between them
+ * runs through a page or a handle, made pending on stream s and coalesced: the pages and handles
+ * across such a boundary become one free region's, which defragmentation can move (it takes whole
+ * handles out of one region). Ready memory joins at once (s may reuse it at once; other streams
+ * then wait for s's marker, as for s's own frees); memory pending on another stream joins once
+ * `wait` has made s wait for its marker (NULL: it does not join). Returns how many regions it
+ * joined. The near-full rule's step (docs/ALGORITHM.md): free whole pages are never left out
+ * because a state boundary cuts their handle. */
+size_t vpmm_i_region_join_across(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_join_wait_fn wait);
 
 /*
  * Size classes (docs/ALGORITHM.md, "Small blocks in pages of their own"). A request of fewer than
