@@ -145,7 +145,8 @@ static size_t log_uniform(rng_t *r, size_t lo, size_t hi)
     return v < (double)lo ? lo : v > (double)hi ? hi : (size_t)v;
 }
 
-#define NF_MAX_LIVE ((size_t)1 << 16)
+#define NF_MAX_LIVE    ((size_t)1 << 16)
+#define NF_MAX_STREAMS 8
 
 int nf_run(const nf_params_t *prm, nf_result_t *res, nf_oom_fn on_oom, void *user)
 {
@@ -156,6 +157,8 @@ int nf_run(const nf_params_t *prm, nf_result_t *res, nf_oom_fn on_oom, void *use
     void *held = NULL, **live;
     size_t nlive = 0;
     rng_t r = { prm->seed };
+    vpmm_stream_t streams[NF_MAX_STREAMS];
+    size_t nstreams = 0;
     int rc = 0;
 
     memset(res, 0, sizeof *res);
@@ -170,6 +173,8 @@ int nf_run(const nf_params_t *prm, nf_result_t *res, nf_oom_fn on_oom, void *use
     cfg.handle_pages = prm->handle_pages;
     if (prm->no_large_handles)
         cfg.large_handles = 0;
+    if (prm->streams != NULL)
+        cfg.device = 0; /* the shared node, which the caller's controls reach */
     if (vpmm_pool_create(&cfg, &pool) != VPMM_SUCCESS) {
         fprintf(stderr, "nearfull: vpmm_pool_create: %s\n", vpmm_last_error());
         free(live);
@@ -181,11 +186,26 @@ int nf_run(const nf_params_t *prm, nf_result_t *res, nf_oom_fn on_oom, void *use
         fprintf(stderr, "nearfull: the graph pool's memory: %s\n", vpmm_last_error());
         goto fail;
     }
+    for (size_t i = 0; prm->streams != NULL && i < prm->streams->n && i < NF_MAX_STREAMS; i++)
+        streams[nstreams++] = prm->streams->create(prm->streams->user);
     for (uint64_t op = 0; op < prm->ops; op++) {
         size_t size;
         void *p = NULL;
         vpmm_status_t s;
+        vpmm_stream_t on = NULL;
         nf_count_t c;
+        if (nstreams > 0) {
+            const uint64_t x = rng_next(&r);
+            on = streams[(x >> 8) % nstreams];
+            if ((x & 7) == 0) {
+                prm->streams->enqueue(prm->streams->user, on);
+                continue;
+            }
+            if ((x & 7) == 1) {
+                prm->streams->advance(prm->streams->user, on);
+                continue;
+            }
+        }
         if (nlive > 0 && (rng_next(&r) & 1)) {
             size_t i = (size_t)(rng_next(&r) % nlive);
             if (vpmm_free(pool, live[i]) != VPMM_SUCCESS)
@@ -196,7 +216,7 @@ int nf_run(const nf_params_t *prm, nf_result_t *res, nf_oom_fn on_oom, void *use
         }
         size = rng_next(&r) % 100 < prm->large_percent ? log_uniform(&r, 3 * MiB, prm->device)
                                                        : log_uniform(&r, 1, 3 * MiB);
-        s = vpmm_malloc(pool, size, NULL, &p);
+        s = vpmm_malloc(pool, size, on, &p);
         if (s == VPMM_SUCCESS) {
             if (nlive == NF_MAX_LIVE)
                 vpmm_free(pool, p); /* enough blocks live: this one is not kept */
@@ -228,6 +248,12 @@ fail:
 out:
     for (size_t i = 0; i < nlive; i++)
         vpmm_free(pool, live[i]);
+    if (nstreams > 0) {
+        prm->streams->finish(prm->streams->user);
+        for (size_t i = 0; i < nstreams; i++)
+            if (vpmm_stream_release(pool, streams[i]) != VPMM_SUCCESS)
+                rc = -1;
+    }
     if (held != NULL)
         vpmm_free(pool, held);
     if (gp != NULL)

@@ -38,13 +38,27 @@ int nf_count(vpmm_pool_t *pool, size_t size, size_t device, size_t cap, nf_count
 int nf_rule_covers(const nf_count_t *c);
 int nf_movable_covers(const nf_count_t *c);
 
+/* Streams with work in flight, for a caller that can make them (tests/test_nearfull.c: the host
+ * backend's controls, which vpmm.h does not offer). The pool is then made on device 0 of the host
+ * backend's process-wide shared node (config.device = 0), so that the caller reaches the same
+ * node (vpmm_host_open_shared); `user` is the caller's. */
+typedef struct nf_streams {
+    size_t n;                                     /* streams the mallocs spread over (at most 8) */
+    vpmm_stream_t (*create)(void *user);          /* a new stream of the node */
+    void (*enqueue)(void *user, vpmm_stream_t s); /* one work item on s */
+    void (*advance)(void *user, vpmm_stream_t s); /* s's oldest work item finishes */
+    void (*finish)(void *user);                   /* every stream's work finishes (at the end) */
+    void *user;
+} nf_streams_t;
+
 typedef struct nf_params {
     uint64_t seed, ops;
-    size_t device, cap;     /* bytes; cap 0: none */
-    size_t graph_bytes;     /* held by a graph pool from the start (0: none) */
-    unsigned large_percent; /* mallocs of 3 MiB up to the device's size */
-    size_t handle_pages;    /* config.handle_pages (0: the library's) */
-    int no_large_handles;   /* 1: config.large_handles = 0; 0: the library's */
+    size_t device, cap;          /* bytes; cap 0: none */
+    size_t graph_bytes;          /* held by a graph pool from the start (0: none) */
+    unsigned large_percent;      /* mallocs of 3 MiB up to the device's size */
+    size_t handle_pages;         /* config.handle_pages (0: the library's) */
+    int no_large_handles;        /* 1: config.large_handles = 0; 0: the library's */
+    const nf_streams_t *streams; /* NULL: the legacy stream only, no work */
 } nf_params_t;
 
 typedef struct nf_result {
@@ -62,7 +76,10 @@ typedef void (*nf_oom_fn)(void *user, vpmm_pool_t *pool, uint64_t op, size_t siz
 
 /* The stress: one stream (the legacy one), blocks of 1 B to 3 MiB and, large_percent of the
  * mallocs, of 3 MiB up to the device's size (both log-uniform); each step a malloc or, half the
- * time, the free of a random live block. Host backend. 0, or -1 after a message on stderr. */
+ * time, the free of a random live block. With prm->streams, the mallocs spread over its streams,
+ * and a quarter of the steps instead enqueue work on one of them or finish one's oldest item, so
+ * that freed memory stays pending on several streams. Host backend. 0, or -1 after a message on
+ * stderr. */
 int nf_run(const nf_params_t *prm, nf_result_t *res, nf_oom_fn on_oom, void *user);
 
 #endif /* VPMM_BENCH_NEARFULL_RULE_H */

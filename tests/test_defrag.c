@@ -503,19 +503,27 @@ static void touch_ends(void *p, size_t size)
  *
  *   [ a: 1 GiB handle, free ][p0][p1 free][p2][p3 free] ... [p599 free][hole ...
  */
-static void test_overshoot_moves_a_larger_handle(void **state)
+/* other: the freed 1 GiB handle is pending on another stream whose work still runs, and the
+ * request comes from the caller's stream: the handle moves behind one GPU-side wait. */
+static void overshoot_case(int other)
 {
     tpool_t t;
     tpool_params_t prm = { .memory_limit = GiB + 601 * PG, .cache_percent = -1 };
+    vpmm_stream_t s = NULL, s1 = NULL;
     void *a, *p[600], *x;
     vpmm_stats_t before, after;
-    (void)state;
     tpool_open(&t, &prm);
-    a = tmalloc(t.pool, GiB, NULL); /* one handle of 512 pages */
+    if (other) {
+        s = vpmm_host_stream_create(t.host);
+        s1 = vpmm_host_stream_create(t.host);
+    }
+    a = tmalloc(t.pool, GiB, s1); /* one handle of 512 pages */
     for (int i = 0; i < 600; i++) {
         p[i] = tmalloc(t.pool, PG, NULL);         /* one page each: the device is full */
         tfree(t.pool, tmalloc(t.pool, 64, NULL)); /* a free between growths: no burst */
     }
+    if (other)
+        vpmm_host_enqueue(t.host, s1); /* a's last use, still running */
     tfree(t.pool, a);
     for (int i = 1; i < 600; i += 2)
         tfree(t.pool, p[i]);
@@ -523,16 +531,26 @@ static void test_overshoot_moves_a_larger_handle(void **state)
     assert_int_equal(before.mapped_bytes, GiB + 601 * PG); /* the last page: the small blocks' */
     assert_int_equal(before.free_bytes, GiB + 301 * PG);
     assert_true(before.largest_free_bytes < 600 * PG); /* no free region serves it in place */
-    x = tmalloc(t.pool, 600 * PG, NULL);
+    x = tmalloc(t.pool, 600 * PG, s);
     after = tstats(t.pool);
     assert_int_equal(after.pages_created, before.pages_created);      /* nothing new */
     assert_true(after.pages_remapped - before.pages_remapped >= 512); /* the handle, whole */
     assert_int_equal(after.free_bytes, 213 * PG); /* what the handle brought beyond the need */
+    assert_int_equal(after.cross_stream_waits - before.cross_stream_waits, (uint64_t)other);
+    vpmm_host_complete_all(t.host);
     touch_ends(x, 600 * PG);
     tfree(t.pool, x);
     for (int i = 0; i < 600; i += 2)
         tfree(t.pool, p[i]);
+    assert_driver_matches_pool(&t);
     tpool_close(&t);
+}
+
+static void test_overshoot_moves_a_larger_handle(void **state)
+{
+    (void)state;
+    overshoot_case(0);
+    overshoot_case(1);
 }
 
 /*

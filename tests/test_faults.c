@@ -209,6 +209,20 @@ static vpmm_status_t step_overshoot(ctx_t *c)
     return step_malloc(c, 6 * 2 * MiB, c->a);
 }
 
+/* The same with the 4-page handle freed on b while b's work still runs: it moves behind a wait. */
+static void prefix_overshoot_other(ctx_t *c)
+{
+    void *a = take(c, 4 * 2 * MiB, c->b), *p[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = take(c, 2 * MiB, c->a);
+        tfree(c->t.pool, tmalloc(c->t.pool, 64, c->a)); /* a free between growths: no burst */
+    }
+    vpmm_host_enqueue(c->t.host, c->b);
+    drop(c, a);
+    for (int i = 1; i < 6; i += 2)
+        drop(c, p[i]);
+}
+
 /* The near-full rule's join (region.c): a page half ready (b's free, b released with no work
  * left), half pending on a; the device full; a page asked on a. */
 static void prefix_join(ctx_t *c)
@@ -315,6 +329,11 @@ static const scenario_t scenarios[] = {
       { .memory_limit = 11 * 2 * MiB, .handle_pages = 4, .small_bytes = 1, .cache_percent = -1 },
       STEP_MALLOC,
       prefix_overshoot,
+      step_overshoot },
+    { "malloc: near full, another stream's larger handle moved whole",
+      { .memory_limit = 11 * 2 * MiB, .handle_pages = 4, .small_bytes = 1, .cache_percent = -1 },
+      STEP_MALLOC,
+      prefix_overshoot_other,
       step_overshoot },
     { "malloc: near full, a page joined across a state boundary",
       { .memory_limit = 3 * 2 * MiB, .small_bytes = 1, .cache_percent = -1 },

@@ -541,11 +541,12 @@ static void find_bigger(const vpmm_pool_t *p, const vpmm_plan_t *plan, const vpm
 
 /*
  * The harvest takes a handle only while it fits in what is still needed, so `need` pages may be
- * left although a free handle larger than that lies in the caller's memory. When new pages
- * cannot be had (the fewest-created plan), that handle is moved whole and the span grows by
- * its extra pages, which stay free after the allocation: free whole pages serve whatever
- * handle they belong to (the near-full rule, docs/ALGORITHM.md). The span must have the room:
- * upwards in its hole without a right neighbour, downwards without a left one.
+ * left although a free handle larger than that lies in free memory. When new pages cannot be had
+ * (the fewest-created plan), that handle is moved whole and the span grows by its extra pages,
+ * which stay free after the allocation: free whole pages serve whatever handle they belong to
+ * (the near-full rule, docs/ALGORITHM.md). The smallest such handle of the caller's and ready
+ * memory, else of other streams' (a GPU-side wait, as for their harvest). The span must have the
+ * room: upwards in its hole without a right neighbour, downwards without a left one.
  */
 static vpmm_status_t overshoot(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t *plan,
                                size_t *need)
@@ -558,6 +559,14 @@ static vpmm_status_t overshoot(vpmm_pool_t *p, vpmm_stream_rec_t *s, vpmm_plan_t
     if (markable(p, s))
         find_bigger(p, plan, &s->free_tree, *need, &b);
     find_bigger(p, plan, &p->shared.ready, *need, &b);
+    if (b.src == NULL && vpmm_i_stream_may_wait(p, s)) {
+        /* Other streams' memory, as the harvest takes it: behind a GPU-side wait (defrag.c). */
+        vpmm_stream_rec_t *lists[2] = { p->streams, p->retired };
+        for (int l = 0; l < 2; l++)
+            for (vpmm_stream_rec_t *t = lists[l]; t; t = t->next)
+                if (t != s && t->pending_bytes > *need * pg && markable(p, t))
+                    find_bigger(p, plan, &t->free_tree, *need, &b);
+    }
     if (b.src == NULL)
         return VPMM_SUCCESS;
     extra = b.np - *need;
