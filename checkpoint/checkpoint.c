@@ -422,27 +422,31 @@ static void merge_walk(walk_t *wk, const vpmm_view_t *v, size_t nv)
 /*
  * Memory freed in the graph pool that another stream may still use (vpmm_record_stream: a deferred
  * free) cannot be given to a checkpoint's state: one whose streams are not done refuses the
- * reapply before anything moves. When they all are, the deferred frees are released (uses.c)
- * and the views taken again.
+ * reapply before anything moves. Asked without polling, changing nothing: a refusal must leave
+ * every region as it was. *any: whether the views hold deferred frees (all done).
  */
-static vpmm_status_t no_deferred(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_view_t **v, size_t *nv,
-                                 size_t hint)
+static vpmm_status_t deferred_done(vpmm_pool_t *p, const vpmm_view_t *v, size_t nv, int *any)
 {
-    int any = 0;
-    for (size_t i = 0; i < *nv; i++) {
-        if (!(*v)[i].deferred)
+    *any = 0;
+    for (size_t i = 0; i < nv; i++) {
+        if (!v[i].deferred)
             continue;
-        /* Asked without polling: a refusal must leave every region as it was. */
-        if (!vpmm_i_uses_done_peek(p, (*v)[i].region)) {
+        if (!vpmm_i_uses_done_peek(p, v[i].region)) {
             vpmm_i_set_error("vpmm_checkpoint_reapply: the memory freed at %p is still used by "
                              "another stream (vpmm_record_stream); reapply once its work is done",
-                             (void *)(*v)[i].addr);
+                             (void *)v[i].addr);
             return VPMM_ERROR_CHECKPOINT_CONFLICT;
         }
-        any = 1;
+        *any = 1;
     }
-    if (!any)
-        return VPMM_SUCCESS;
+    return VPMM_SUCCESS;
+}
+
+/* Once the reapply is known to go ahead: the deferred frees, all done, are released (uses.c) and
+ * the views taken again (released regions coalesce with their neighbours). */
+static vpmm_status_t release_deferred(vpmm_pool_t *p, vpmm_arena_t *a, vpmm_view_t **v, size_t *nv,
+                                      size_t hint)
+{
     vpmm_i_uses_release(p);
     free(*v);
     *v = NULL;
@@ -460,6 +464,7 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
     vpmm_status_t st;
     walk_t wk = { 0 };
     size_t n = 0, nv = 0, nwalked = 0, handles = 0;
+    int deferred = 0;
 
     VPMM_CHECK(vpmm_gp_check(gp, NULL, "vpmm_checkpoint_reapply"));
     if (ck == NULL || (ndead > 0 && dead == NULL)) {
@@ -482,7 +487,7 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
     }
     VPMM_CHECK_GOTO(st, wanted_allocs(p, ck, dead, ndead, &w, &n), out);
     VPMM_CHECK_GOTO(st, views_of(p, a, ck->nallocs + ck->nfrees + 16, &v, &nv), out);
-    VPMM_CHECK_GOTO(st, no_deferred(p, a, &v, &nv, ck->nallocs + ck->nfrees + 16), out);
+    VPMM_CHECK_GOTO(st, deferred_done(p, v, nv, &deferred), out);
     revive = calloc(n ? n : 1, 1);
     wk.scratch = malloc((2 * n + 1) * sizeof(vpmm_span_t));
     walked = malloc((n ? n : 1) * sizeof *walked);
@@ -492,6 +497,9 @@ vpmm_status_t vpmm_checkpoint_reapply(vpmm_graph_pool_t *gp, const vpmm_checkpoi
         goto out;
     }
     VPMM_CHECK_GOTO(st, check_mapped(p, a, v, nv, w, n, revive, &handles), out);
+    /* Validated: from here the pool may change (a failure below is of host memory only). */
+    if (deferred)
+        VPMM_CHECK_GOTO(st, release_deferred(p, a, &v, &nv, ck->nallocs + ck->nfrees + 16), out);
     /* Each rewrite takes at most 2m + 1 new nodes (m wanted allocations in it), then gives its
      * old ones (at least one) back: with 2n + 1 spare nodes, each finds 2m + 1 left; a revived
      * handle takes 4 more, the allocation on it 3. */
