@@ -553,6 +553,21 @@ static void test_overshoot_moves_a_larger_handle(void **state)
     overshoot_case(1);
 }
 
+/* A full device (3 pages) whose first page x (1 MiB, on s1) and y (1 MiB, on s) share; z holds
+ * the other two pages. The near-full joins' setting. */
+static void shared_page_full_device(tpool_t *t, vpmm_stream_t *s, vpmm_stream_t *s1, void **x,
+                                    void **y, void **z)
+{
+    tpool_params_t prm = { .memory_limit = 3 * PG, .cache_percent = -1, .small_bytes = 1 };
+    tpool_open(t, &prm);
+    *s = vpmm_host_stream_create(t->host);
+    *s1 = vpmm_host_stream_create(t->host);
+    *x = tmalloc(t->pool, MiB, *s1);
+    *y = tmalloc(t->pool, MiB, *s);    /* x and y: one page */
+    *z = tmalloc(t->pool, 2 * PG, *s); /* the device is full */
+    assert_int_equal((uintptr_t)*y, (uintptr_t)*x + MiB);
+}
+
 /*
  * The near-full rule, a page across a state boundary: x and y share a page; x's free is known
  * complete (ready: its stream was released, with no work left), y's is still pending on the
@@ -563,18 +578,11 @@ static void test_overshoot_moves_a_larger_handle(void **state)
 static void test_join_across_a_state_boundary(void **state)
 {
     tpool_t t;
-    tpool_params_t prm = { .memory_limit = 3 * PG, .cache_percent = -1, .small_bytes = 1 };
     vpmm_stream_t s, s1;
     void *x, *y, *z, *w;
     vpmm_region_info_t info;
     (void)state;
-    tpool_open(&t, &prm);
-    s = vpmm_host_stream_create(t.host);
-    s1 = vpmm_host_stream_create(t.host);
-    x = tmalloc(t.pool, MiB, s1);
-    y = tmalloc(t.pool, MiB, s);    /* x and y: one page */
-    z = tmalloc(t.pool, 2 * PG, s); /* the device is full */
-    assert_int_equal((uintptr_t)y, (uintptr_t)x + MiB);
+    shared_page_full_device(&t, &s, &s1, &x, &y, &z);
     tfree(t.pool, x);
     assert_int_equal(vpmm_stream_release(t.pool, s1), VPMM_SUCCESS); /* x: done once polled */
     vpmm_host_enqueue(t.host, s);
@@ -600,17 +608,10 @@ static void test_join_across_a_state_boundary(void **state)
 static void join_two_streams(int caller_half_ready)
 {
     tpool_t t;
-    tpool_params_t prm = { .memory_limit = 3 * PG, .cache_percent = -1, .small_bytes = 1 };
     vpmm_stream_t s, s1;
     void *x, *y, *z, *w;
     uint64_t waits, k;
-    tpool_open(&t, &prm);
-    s = vpmm_host_stream_create(t.host);
-    s1 = vpmm_host_stream_create(t.host);
-    x = tmalloc(t.pool, MiB, s1);
-    y = tmalloc(t.pool, MiB, s);    /* x and y: one page */
-    z = tmalloc(t.pool, 2 * PG, s); /* the device is full */
-    assert_int_equal((uintptr_t)y, (uintptr_t)x + MiB);
+    shared_page_full_device(&t, &s, &s1, &x, &y, &z);
     vpmm_host_enqueue(t.host, s1);
     tfree(t.pool, x); /* pending on s1 */
     if (!caller_half_ready)

@@ -53,20 +53,24 @@ static void test_device_80g(void **state)
             50);
 }
 
+/* An 8 GiB device under a 6 GiB cap, with a graph pool holding 1 GiB (in a build with graph/). */
+static nf_params_t cap_and_graph(uint64_t seed, int no_large_handles)
+{
+    return (nf_params_t)
+    {
+        .seed = seed, .ops = 200000, .device = 8 * GiB, .cap = 6 * GiB,
+#if VPMM_HAVE_GRAPHS
+        .graph_bytes = GiB,
+#endif
+        .large_percent = 3, .no_large_handles = no_large_handles
+    };
+}
+
 static void test_cap_and_graph_pool(void **state)
 {
     (void)state;
     for (uint64_t seed = 1; seed <= 3; seed++)
-        run_rule(
-            "cap 6 of 8 GiB, graph 1",
-            (nf_params_t) {
-                .seed = seed, .ops = 200000, .device = 8 * GiB, .cap = 6 * GiB,
-#if VPMM_HAVE_GRAPHS
-                .graph_bytes = GiB,
-#endif
-                .large_percent = 3
-            },
-            50);
+        run_rule("cap 6 of 8 GiB, graph 1", cap_and_graph(seed, 0), 50);
 }
 
 /* Blocks up to 3 MiB almost only: both size classes fill the device. */
@@ -108,16 +112,7 @@ static void test_whole_rule_without_large_handles(void **state)
                                 .large_percent = 3,
                                 .no_large_handles = 1 },
                  50);
-        run_rule(
-            "cap 6 of 8, no large hdl",
-            (nf_params_t) {
-                .seed = seed, .ops = 200000, .device = 8 * GiB, .cap = 6 * GiB,
-#if VPMM_HAVE_GRAPHS
-                .graph_bytes = GiB,
-#endif
-                .large_percent = 3, .no_large_handles = 1
-            },
-            50);
+        run_rule("cap 6 of 8, no large hdl", cap_and_graph(seed, 1), 50);
         run_rule("1 GiB small, no large hdl",
                  (nf_params_t){ .seed = seed,
                                 .ops = 100000,
